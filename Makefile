@@ -1,0 +1,38 @@
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow lint format typecheck bench clean
+
+$(STAMP): setup.py pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test,plot]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m examples.demo
+
+test: $(STAMP)
+	$(PY) -m ruff check parl examples tests benchmarks
+	$(PY) -m mypy
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+lint: $(STAMP)
+	$(PY) -m ruff check parl examples tests benchmarks
+
+format: $(STAMP)
+	$(PY) -m ruff format parl examples tests benchmarks
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.throughput
+
+clean:
+	rm -rf $(VENV) build *.egg-info

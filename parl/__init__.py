@@ -1,0 +1,40 @@
+"""parl: PARL-style reinforcement learning on PaddlePaddle 3.
+
+The public API is exactly what ``__all__`` lists. Importing parl has no side
+effects: it starts no thread or process, reads no environment variable and
+prints nothing.
+"""
+
+from parl import layers
+from parl.algorithms.dqn import DQN, DQNConfig
+from parl.data.replay_buffer import ReplayBuffer
+from parl.data.specs import FieldSpec, SpecError
+from parl.framework.algorithm import Algorithm
+from parl.framework.computation_task import ComputationTask
+from parl.framework.factories import create_algorithm_func
+from parl.framework.model import Model
+from parl.framework.types import LearnResult, Prediction, TrainingBatch
+from parl.layers.layer_func import LayerFunc, ParamSyncError
+from parl.utils.evaluation import evaluate_greedy
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Algorithm",
+    "ComputationTask",
+    "DQN",
+    "DQNConfig",
+    "FieldSpec",
+    "LayerFunc",
+    "LearnResult",
+    "Model",
+    "ParamSyncError",
+    "Prediction",
+    "ReplayBuffer",
+    "SpecError",
+    "TrainingBatch",
+    "create_algorithm_func",
+    "evaluate_greedy",
+    "layers",
+    "__version__",
+]

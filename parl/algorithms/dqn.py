@@ -1,0 +1,140 @@
+"""DQN (Mnih et al., 2015) with an optional double-Q target (van Hasselt et al., 2016)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import paddle
+
+from parl.algorithms.functional import double_q_target, huber_loss, q_target, td_target
+from parl.data.specs import FieldSpec
+from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
+from parl.framework.model import Model
+from parl.framework.types import Prediction, TrainingBatch
+
+__all__ = ["DQN", "DQNConfig"]
+
+
+@dataclass
+class DQNConfig:
+    """Settings of :class:`DQN`."""
+
+    lr: float = 1e-3
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    double_q: bool = True
+    """Use the online network's argmax to pick the bootstrap action (double DQN)."""
+    target_update_interval: int = 200
+    """Copy the online network into the target every this many learn steps (when ``tau`` is 0)."""
+    tau: float = 0.0
+    """If > 0, blend the target by ``target = (1 - tau) * target + tau * online`` after every learn step."""
+    huber_delta: float = 1.0
+    """Huber loss threshold on the TD error."""
+    max_grad_norm: float = 10.0
+    """Clip the global gradient norm to this value (0 disables clipping)."""
+    epsilon_start: float = 1.0
+    """Exploration rate at the first prediction."""
+    epsilon_end: float = 0.05
+    """Exploration rate after ``epsilon_decay_samples`` exploring predictions."""
+    epsilon_decay_samples: int = 10_000
+    """Number of exploring predicted samples over which epsilon decays linearly."""
+    seed: int | None = None
+    """Seed of the exploration random generator."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"DQNConfig.gamma must be in [0, 1], got {self.gamma}")
+        if self.lr <= 0:
+            raise ValueError(f"DQNConfig.lr must be positive, got {self.lr}")
+        if self.target_update_interval < 1:
+            raise ValueError(f"DQNConfig.target_update_interval must be >= 1, got {self.target_update_interval}")
+        if not 0.0 <= self.tau < 1.0:
+            raise ValueError(f"DQNConfig.tau must be in [0, 1), got {self.tau}")
+        if not 0.0 <= self.epsilon_end <= self.epsilon_start <= 1.0:
+            raise ValueError("DQNConfig needs 0 <= epsilon_end <= epsilon_start <= 1")
+
+
+class DQN(Algorithm):
+    """Deep Q-learning with a target network kept as a reference model.
+
+    The model must provide ``value(inputs) -> Q`` of shape ``[B, num_actions]``
+    and declare one scalar integer action field::
+
+        algo = DQN(lambda: CartPoleQ(), DQNConfig(lr=1e-3))
+        task = ComputationTask("RL", algorithm=algo)
+
+    ``predict`` is epsilon-greedy with ``explore=True`` and greedy otherwise; it
+    also returns the Q-values as ``extras["q"]``. ``learn`` returns ``loss``,
+    ``q_mean``, and per sample ``td_error`` (usable as replay priorities).
+    """
+
+    def __init__(self, model: Model | ModelFactory, config: DQNConfig | None = None) -> None:
+        super().__init__(model)
+        self.config = config if config is not None else DQNConfig()
+        specs = self.model.action_specs()
+        if len(specs) != 1 or specs[0].shape != () or specs[0].np_dtype.kind not in "iu":
+            raise ValueError(f"DQN needs exactly one scalar integer action field, the model declares {specs}")
+        self.action_name = specs[0].name
+        self.target_model = self.create_reference_model("target")
+        clip = paddle.nn.ClipGradByGlobalNorm(self.config.max_grad_norm) if self.config.max_grad_norm > 0 else None
+        self.optimizer = paddle.optimizer.Adam(
+            learning_rate=self.config.lr, parameters=self.model.parameters(), grad_clip=clip
+        )
+        self.learn_steps = 0
+        self.explored_samples = 0
+        self._rng = np.random.default_rng(self.config.seed)
+
+    def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
+        q = model.value(inputs)  # type: ignore[operator]
+        if q.ndim != 2:
+            raise ValueError(f"{type(model).__name__}.value must return [B, num_actions], got shape {list(q.shape)}")
+
+    @property
+    def epsilon(self) -> float:
+        """The current exploration rate."""
+        c = self.config
+        frac = min(1.0, self.explored_samples / max(1, c.epsilon_decay_samples))
+        return c.epsilon_start + frac * (c.epsilon_end - c.epsilon_start)
+
+    def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
+        q = self.model.value(inputs)  # type: ignore[operator]
+        greedy = q.argmax(axis=-1).numpy()
+        if explore:
+            batch, num_actions = q.shape
+            eps = self.epsilon
+            random_mask = self._rng.random(batch) < eps
+            if random_mask.any():
+                greedy = np.where(random_mask, self._rng.integers(0, num_actions, size=batch), greedy)
+            self.explored_samples += batch
+        return Prediction(actions={self.action_name: greedy.astype(np.int64)}, extras={"q": q})
+
+    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
+        c = self.config
+        action = batch.actions[self.action_name]
+        reward = next(iter(batch.rewards.values()))
+        q_t = self.model.value(batch.inputs)  # type: ignore[operator]
+        q_sa = paddle.take_along_axis(q_t, action.astype("int64").unsqueeze(-1), axis=-1).squeeze(-1)
+        with paddle.no_grad():
+            q_tp1_target = self.target_model.value(batch.next_inputs)  # type: ignore[operator]
+            if c.double_q:
+                v_tp1 = double_q_target(self.model.value(batch.next_inputs), q_tp1_target)  # type: ignore[operator]
+            else:
+                v_tp1 = q_target(q_tp1_target)
+            target = td_target(reward, v_tp1, batch.terminal, c.gamma)
+        td_error = q_sa - target
+        losses = huber_loss(td_error, c.huber_delta)
+        if batch.weights is not None:
+            losses = losses * batch.weights
+        loss = losses.mean()
+        self.apply_gradients(loss, self.optimizer)
+        self.learn_steps += 1
+        if c.tau > 0:
+            self.model.sync_params_to(self.target_model, decay=1.0 - c.tau)
+        elif self.learn_steps % c.target_update_interval == 0:
+            self.model.sync_params_to(self.target_model, decay=0.0)
+        return {"loss": loss.detach(), "q_mean": q_sa.mean().detach(), "td_error": td_error.detach()}
+
+    def extra_predict_specs(self) -> list[FieldSpec]:
+        return []

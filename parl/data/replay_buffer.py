@@ -1,0 +1,131 @@
+"""A uniform replay buffer of transitions, stored in preallocated numpy arrays."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from parl.data.specs import FieldSpec, SpecError, check_fields
+from parl.framework.types import TrainingBatch
+
+__all__ = ["ReplayBuffer"]
+
+_GROUPS = ("inputs", "actions", "rewards", "next_inputs", "states", "next_states", "extras")
+
+
+class ReplayBuffer:
+    """A ring buffer of transitions with uniform sampling.
+
+    Example::
+
+        buf = ReplayBuffer(10_000, task.input_specs, task.action_specs, task.reward_specs)
+        buf.add(TrainingBatch(inputs=..., actions=..., rewards=..., next_inputs=..., terminal=...))
+        batch = buf.sample(64, rng)        # a TrainingBatch of 64 rows
+        len(buf)                           # rows stored, at most the capacity
+
+    When full, the oldest rows are overwritten.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        input_specs: Sequence[FieldSpec],
+        action_specs: Sequence[FieldSpec],
+        reward_specs: Sequence[FieldSpec],
+        state_specs: Sequence[FieldSpec] = (),
+        extra_specs: Sequence[FieldSpec] = (),
+        name: str = "replay",
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"ReplayBuffer capacity must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self.name = name
+        self._specs: dict[str, list[FieldSpec]] = {
+            "inputs": list(input_specs),
+            "actions": list(action_specs),
+            "rewards": list(reward_specs),
+            "next_inputs": list(input_specs),
+            "states": list(state_specs),
+            "next_states": list(state_specs),
+            "extras": list(extra_specs),
+        }
+        self._data: dict[str, dict[str, np.ndarray]] = {
+            g: {s.name: np.zeros((self.capacity,) + s.shape, s.np_dtype) for s in specs}
+            for g, specs in self._specs.items()
+        }
+        self._terminal = np.zeros(self.capacity, bool)
+        self._next = 0
+        self._size = 0
+        self.added = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, batch: TrainingBatch) -> None:
+        """Append every row of ``batch`` (validated against the specs)."""
+        n = batch.size
+        if n == 0:
+            return
+        if n > self.capacity:
+            raise ValueError(f"{self.name}: cannot add {n} rows to a buffer of capacity {self.capacity}")
+        checked: dict[str, dict[str, np.ndarray]] = {}
+        for g in _GROUPS:
+            group: Mapping[str, Any] = getattr(batch, g)
+            checked[g] = check_fields(group, self._specs[g], task=self.name, group=g, batch_size=n)
+        terminal = np.asarray(batch.terminal)
+        if terminal.shape != (n,):
+            raise SpecError(f"{self.name}: terminal must have shape ({n},), got {terminal.shape}")
+        idx = (self._next + np.arange(n)) % self.capacity
+        for g in _GROUPS:
+            for k, v in checked[g].items():
+                self._data[g][k][idx] = v
+        self._terminal[idx] = terminal.astype(bool)
+        self._next = int((self._next + n) % self.capacity)
+        self._size = min(self.capacity, self._size + n)
+        self.added += n
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> TrainingBatch:
+        """``batch_size`` rows drawn uniformly with replacement."""
+        if self._size == 0:
+            raise ValueError(f"{self.name}: cannot sample from an empty buffer")
+        idx = rng.integers(0, self._size, size=batch_size)
+        return self.gather(idx)
+
+    def gather(self, idx: np.ndarray) -> TrainingBatch:
+        """The rows at positions ``idx`` (``0 <= idx < len(self)``)."""
+        groups = {g: {k: v[idx] for k, v in self._data[g].items()} for g in _GROUPS}
+        return TrainingBatch(
+            inputs=groups["inputs"],
+            actions=groups["actions"],
+            rewards=groups["rewards"],
+            next_inputs=groups["next_inputs"],
+            terminal=self._terminal[idx],
+            states=groups["states"],
+            next_states=groups["next_states"],
+            extras=groups["extras"],
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to restore the buffer exactly."""
+        return {
+            "data": {g: {k: v[: self._size].copy() for k, v in d.items()} for g, d in self._data.items()},
+            "terminal": self._terminal[: self._size].copy(),
+            "next": self._next,
+            "size": self._size,
+            "added": self.added,
+        }
+
+    def set_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a buffer saved by :meth:`state_dict` (same specs and capacity)."""
+        size = int(state["size"])
+        if size > self.capacity:
+            raise ValueError(f"{self.name}: saved buffer holds {size} rows, capacity is {self.capacity}")
+        for g, d in state["data"].items():
+            for k, v in d.items():
+                self._data[g][k][:size] = v
+        self._terminal[:size] = state["terminal"]
+        self._next = int(state["next"])
+        self._size = size
+        self.added = int(state["added"])

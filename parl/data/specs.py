@@ -1,0 +1,172 @@
+"""Field specs: the name, per-sample shape and dtype of every array a task exchanges.
+
+A :class:`Model` declares its inputs, recurrent states, actions and rewards as
+lists of :class:`FieldSpec`. :func:`check_fields` validates a dict of numpy
+arrays against such a list at every boundary (task, wrapper, helper), so that a
+mistake is reported where it is made, with a message that says how to fix it::
+
+    specs = [FieldSpec("obs", (4,), "float32")]
+    batch = check_fields({"obs": np.zeros((8, 4), np.float32)}, specs,
+                         task="RL", group="inputs")
+    batch["obs"].shape   # (8, 4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["FieldSpec", "check_fields", "zeros_for", "SpecError"]
+
+
+class SpecError(ValueError):
+    """Raised when data does not match a :class:`FieldSpec` list."""
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One named array field, described per sample (without the batch axis).
+
+    Attributes:
+        name: key of the field in the data dict.
+        shape: per-sample shape, e.g. ``(4,)`` for a CartPole observation or
+            ``()`` for a scalar action.
+        dtype: numpy dtype name, e.g. ``"float32"`` or ``"int64"``.
+        allow_nan: whether NaN or inf values are accepted (floats only).
+    """
+
+    name: str
+    shape: tuple[int, ...] = ()
+    dtype: str = "float32"
+    allow_nan: bool = False
+    _np_dtype: np.dtype = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"FieldSpec name must be a non-empty string, got {self.name!r}")
+        shape = tuple(int(d) for d in self.shape)
+        if any(d <= 0 for d in shape):
+            raise ValueError(f"FieldSpec {self.name!r}: every dimension must be positive, got {shape}")
+        object.__setattr__(self, "shape", shape)
+        try:
+            np_dtype = np.dtype(self.dtype)
+        except TypeError as exc:
+            raise ValueError(f"FieldSpec {self.name!r}: unknown dtype {self.dtype!r}") from exc
+        object.__setattr__(self, "_np_dtype", np_dtype)
+        object.__setattr__(self, "dtype", np_dtype.name)
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        """The numpy dtype object of this field."""
+        return self._np_dtype
+
+
+def _where(task: str, group: str, name: str, agent_id: int | None) -> str:
+    who = f"agent {agent_id}, " if agent_id is not None else ""
+    return f"{who}task {task!r}, {group} field {name!r}"
+
+
+def check_fields(
+    data: Mapping[str, object],
+    specs: Sequence[FieldSpec],
+    *,
+    task: str,
+    group: str,
+    batch_size: int | None = None,
+    batched: bool = True,
+    agent_id: int | None = None,
+) -> dict[str, np.ndarray]:
+    """Validate ``data`` against ``specs`` and return it as a dict of arrays.
+
+    Args:
+        data: mapping from field name to array-like.
+        specs: the fields expected, exactly (missing or extra keys raise).
+        task: task name, used in error messages.
+        group: which group of fields this is (``"inputs"``, ``"actions"``...).
+        batch_size: if given, the leading axis must have this length.
+        batched: whether arrays carry a leading batch axis.
+        agent_id: agent that sent the data, used in error messages.
+
+    Returns:
+        A new dict with each field as a numpy array of the spec's dtype.
+        Arrays are converted within their dtype kind only (float64 to
+        float32 is accepted, float to int is not).
+
+    Raises:
+        SpecError: (a ``ValueError``) naming the agent, the task, the field,
+            what was expected and what came.
+    """
+    if not isinstance(data, Mapping):
+        raise SpecError(
+            f"task {task!r}: {group} must be a dict of arrays keyed by field name, got {type(data).__name__}"
+        )
+    expected = {s.name for s in specs}
+    missing = [s.name for s in specs if s.name not in data]
+    extra = sorted(k for k in data if k not in expected)
+    if missing or extra:
+        who = f"agent {agent_id}, " if agent_id is not None else ""
+        parts = []
+        if missing:
+            parts.append(f"missing field(s) {missing}")
+        if extra:
+            parts.append(f"unexpected field(s) {extra}")
+        raise SpecError(
+            f"{who}task {task!r}, {group}: {' and '.join(parts)}; "
+            f"expected exactly {sorted(expected)}, got {sorted(map(str, data))}"
+        )
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        out[spec.name] = _check_one(data[spec.name], spec, task, group, batch_size, batched, agent_id)
+        if batch_size is None and batched:
+            batch_size = out[spec.name].shape[0]
+    return out
+
+
+_KINDS = {"f": "float", "i": "int", "u": "unsigned int", "b": "bool"}
+
+
+def _check_one(
+    value: object,
+    spec: FieldSpec,
+    task: str,
+    group: str,
+    batch_size: int | None,
+    batched: bool,
+    agent_id: int | None,
+) -> np.ndarray:
+    where = _where(task, group, spec.name, agent_id)
+    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if arr.dtype.kind not in _KINDS:
+        raise SpecError(f"{where}: expected dtype {spec.dtype}, got {arr.dtype} (not a numeric array)")
+    want_kind = spec.np_dtype.kind
+    kind = arr.dtype.kind
+    compatible = kind == want_kind or (want_kind == "i" and kind == "u") or (want_kind == "f" and kind == "f")
+    if not compatible:
+        raise SpecError(
+            f"{where}: expected dtype {spec.dtype}, got {arr.dtype}; "
+            f"convert it with .astype({spec.dtype!r}) if the values are right"
+        )
+    want_shape = ((batch_size if batch_size is not None else -1),) + spec.shape if batched else spec.shape
+    if batched:
+        ok = arr.ndim == len(spec.shape) + 1 and arr.shape[1:] == spec.shape
+        if ok and batch_size is not None and arr.shape[0] != batch_size:
+            ok = False
+    else:
+        ok = arr.shape == spec.shape
+    if not ok:
+        shown = "(B, " + ", ".join(map(str, spec.shape)) + ")" if batched and batch_size is None else str(want_shape)
+        if batched and batch_size is None and not spec.shape:
+            shown = "(B,)"
+        raise SpecError(f"{where}: expected shape {shown}, got {arr.shape}")
+    if arr.dtype != spec.np_dtype:
+        arr = arr.astype(spec.np_dtype)
+    if want_kind == "f" and not spec.allow_nan and arr.size and not np.isfinite(arr).all():
+        raise SpecError(f"{where}: contains NaN or inf, which this field does not allow (allow_nan=False)")
+    return arr
+
+
+def zeros_for(specs: Sequence[FieldSpec], batch_size: int) -> dict[str, np.ndarray]:
+    """A batch of zeros for ``specs``, e.g. the initial recurrent state."""
+    return {s.name: np.zeros((batch_size,) + s.shape, dtype=s.np_dtype) for s in specs}

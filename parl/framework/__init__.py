@@ -1,0 +1,1 @@
+"""The computation group (Model, Algorithm, ComputationTask) and the agent group."""

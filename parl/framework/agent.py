@@ -1,0 +1,120 @@
+"""Agent: the control flow of one robot, written in plain blocking style."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+from parl.framework.agent_helper import AgentHelper
+
+__all__ = ["Agent", "StepResult"]
+
+
+@dataclass
+class StepResult:
+    """The outcome of one action step (``K`` time steps with action repetition ``K``)."""
+
+    obs: Any
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+    time_steps: int
+
+    @property
+    def done(self) -> bool:
+        """Whether the episode ended (by termination or truncation)."""
+        return self.terminated or self.truncated
+
+
+class Agent:
+    """One agent: an environment and one :class:`AgentHelper` per ComputationTask.
+
+    Subclasses write :meth:`run_one_episode` in blocking style; the manager
+    runs many agents at once and batches their requests. The same subclass
+    runs unchanged on every runtime::
+
+        class CartPoleAgent(parl.Agent):
+            def run_one_episode(self) -> float:
+                obs = self.reset_env()
+                while True:
+                    action = self.helpers["RL"].predict({"obs": obs})["action"]
+                    step = self.env_step(action)
+                    self.helpers["RL"].store_data({"obs": obs}, {"action": action}, step.reward)
+                    obs = step.obs
+                    if step.done:
+                        self.helpers["RL"].store_final({"obs": obs}, step.terminated)
+                        return self.episode_return
+
+    ``env_step`` applies action repetition: one action step spans
+    ``action_repeat`` time steps (summing rewards, stopping early at the end
+    of the episode), and keeps ``episode_return`` and ``episode_steps``.
+    """
+
+    def __init__(
+        self,
+        agent_id: int,
+        env: gym.Env | None,
+        helpers: Mapping[str, AgentHelper],
+        action_repeat: int = 1,
+        seed: int | None = None,
+    ) -> None:
+        if action_repeat < 1:
+            raise ValueError(f"action_repeat must be >= 1, got {action_repeat}")
+        self.agent_id = agent_id
+        self.env = env
+        self.helpers: dict[str, AgentHelper] = dict(helpers)
+        self.action_repeat = action_repeat
+        self.seed = seed
+        self.episode_return = 0.0
+        self.episode_steps = 0
+        self.episodes = 0
+        self._seeded = False
+
+    def run_one_episode(self) -> float | None:
+        """Play one episode; return its total reward (None: use ``episode_return``)."""
+        raise NotImplementedError(f"{type(self).__name__} must define run_one_episode()")
+
+    def begin_episode(self) -> None:
+        """Reset counters and helpers before an episode (called by the runtime)."""
+        self.episode_return = 0.0
+        self.episode_steps = 0
+        for helper in self.helpers.values():
+            helper.start_episode()
+
+    def reset_env(self) -> Any:
+        """Reset the environment and return the first observation (seeded on the first call)."""
+        if self.env is None:
+            raise RuntimeError(f"agent {self.agent_id} has no environment")
+        if not self._seeded and self.seed is not None:
+            obs, _ = self.env.reset(seed=self.seed)
+            self._seeded = True
+        else:
+            obs, _ = self.env.reset()
+        return obs
+
+    def env_step(self, action: Any) -> StepResult:
+        """Apply ``action`` for ``action_repeat`` time steps; return the last observation and summed reward."""
+        if self.env is None:
+            raise RuntimeError(f"agent {self.agent_id} has no environment")
+        total = 0.0
+        obs: Any = None
+        terminated = truncated = False
+        info: dict[str, Any] = {}
+        k = 0
+        for k in range(1, self.action_repeat + 1):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        self.episode_return += total
+        self.episode_steps += k
+        return StepResult(obs, total, bool(terminated), bool(truncated), dict(info), k)
+
+    def close(self) -> None:
+        """Close the environment."""
+        if self.env is not None:
+            self.env.close()

@@ -1,0 +1,322 @@
+"""AgentHelpers: data preparation and communication between an agent and one task."""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from parl.data.replay_buffer import ReplayBuffer
+from parl.data.specs import FieldSpec, SpecError, check_fields, zeros_for
+from parl.framework.communicator import Communicator
+from parl.framework.types import LearnResult, Prediction, TrainingBatch
+
+__all__ = [
+    "AgentHelper",
+    "OnPolicyHelper",
+    "OnPolicyConfig",
+    "ExpReplayHelper",
+    "ExpReplayConfig",
+    "GameOver",
+    "LearnTrigger",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class GameOver(enum.IntEnum):
+    """Status of the current time step, as stored with each experience.
+
+    ``NOT_OVER``: the episode goes on after this step. ``TERMINATED``: this
+    step's observation ends the episode (no value after it). ``TRUNCATED``: the
+    episode was cut here (time limit); its value is bootstrapped.
+    """
+
+    NOT_OVER = 0
+    TERMINATED = 1
+    TRUNCATED = 2
+
+
+class LearnTrigger(enum.Enum):
+    """Who calls ``learn``: the agent itself, or the helper inside ``store_data``."""
+
+    AGENT = "agent"
+    STORE_DATA = "store_data"
+
+
+class AgentHelper:
+    """Hides data preparation and communication with one ComputationTask.
+
+    One helper per (agent, task). ``predict`` sends one sample and blocks
+    until this agent's actions come back; it carries recurrent states between
+    steps by itself. ``store_data`` records one time step's experience
+    (``inputs``, ``actions``, ``rewards``, ``game_over`` of that step; the
+    ``states`` are the ones the helper used). ``learn`` sends training data
+    and blocks until the learning step that used it has finished.
+
+    The base class turns consecutive experiences into transitions; a custom
+    helper overrides :meth:`on_transition` and :meth:`learn`::
+
+        class LastStepHelper(AgentHelper):
+            def on_transition(self, batch):
+                self.pending = batch            # keep only the latest transition
+
+            def learn(self):
+                self.comm.put_training_data(self.pending)
+                return self.comm.get_training_return()
+
+    In an agent::
+
+        action = self.helpers["RL"].predict({"obs": obs})["action"]
+        self.helpers["RL"].store_data({"obs": obs}, {"action": action}, reward)
+        ...
+        self.helpers["RL"].store_final({"obs": next_obs}, terminated=True)
+    """
+
+    def __init__(self, name: str, comm: Communicator) -> None:
+        self.name = name
+        self.comm = comm
+        task = comm.wrapper.task
+        self.input_specs: list[FieldSpec] = task.input_specs
+        self.state_specs: list[FieldSpec] = task.state_specs
+        self.action_specs: list[FieldSpec] = task.action_specs
+        self.reward_specs: list[FieldSpec] = task.reward_specs
+        self.extra_specs: list[FieldSpec] = task.extra_learn_specs
+        self.states: dict[str, np.ndarray] = zeros_for(self.state_specs, 1)
+        self._pre_states: dict[str, np.ndarray] = self.states
+        self._prev: dict[str, Any] | None = None
+        self.last_prediction: Prediction | None = None
+        self.last_learn: LearnResult | None = None
+        self.learn_calls = 0
+
+    @property
+    def agent_id(self) -> int:
+        """The agent this helper belongs to."""
+        return self.comm.agent_id
+
+    def start_episode(self) -> None:
+        """Reset the recurrent state and forget the last experience (called by the Agent)."""
+        self.states = zeros_for(self.state_specs, 1)
+        self._pre_states = self.states
+        self._prev = None
+
+    # ------------------------------------------------------------ predict
+    def predict(self, inputs: Mapping[str, Any], explore: bool = True) -> dict[str, np.ndarray]:
+        """This agent's actions for one sample of ``inputs`` (arrays without a batch axis)."""
+        batched = {k: np.asarray(v)[None] for k, v in inputs.items()}
+        self.comm.put_prediction_data(batched, self.states, explore)
+        pred = self.comm.get_prediction_return()
+        self.last_prediction = pred
+        self._pre_states = self.states
+        if pred.states:
+            self.states = pred.states
+        return {k: v[0] for k, v in pred.actions.items()}
+
+    # --------------------------------------------------------- experience
+    def store_data(
+        self,
+        inputs: Mapping[str, Any],
+        actions: Mapping[str, Any] | None = None,
+        rewards: Mapping[str, Any] | float | None = None,
+        game_over: GameOver | int = GameOver.NOT_OVER,
+        extras: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record one time step: observed ``inputs``, the ``actions`` taken, the ``rewards`` received.
+
+        ``game_over`` is the status of *this* step (see :class:`GameOver`). The
+        last step of an episode carries its final observation with
+        ``TERMINATED`` or ``TRUNCATED`` and no actions or rewards; see
+        :meth:`store_final`.
+        """
+        game_over = GameOver(int(game_over))
+        where = {"task": self.name, "batched": False, "agent_id": self.agent_id}
+        record: dict[str, Any] = {
+            "inputs": check_fields(inputs, self.input_specs, group="inputs", **where),  # type: ignore[arg-type]
+            "states": self._pre_states,
+            "game_over": game_over,
+        }
+        if game_over == GameOver.NOT_OVER:
+            if actions is None or rewards is None:
+                raise SpecError(
+                    f"agent {self.agent_id}, task {self.name!r}: store_data of a step that is not game over "
+                    "needs actions and rewards"
+                )
+            if not isinstance(rewards, Mapping):
+                if len(self.reward_specs) != 1:
+                    raise SpecError(
+                        f"agent {self.agent_id}, task {self.name!r}: rewards must be a dict with fields "
+                        f"{[s.name for s in self.reward_specs]}, got a scalar"
+                    )
+                rewards = {self.reward_specs[0].name: rewards}
+            record["actions"] = check_fields(actions, self.action_specs, group="actions", **where)  # type: ignore[arg-type]
+            record["rewards"] = check_fields(rewards, self.reward_specs, group="rewards", **where)  # type: ignore[arg-type]
+            record["extras"] = check_fields(extras or {}, self.extra_specs, group="extras", **where)  # type: ignore[arg-type]
+        prev = self._prev
+        if prev is not None and prev["game_over"] == GameOver.NOT_OVER:
+            self.on_transition(self._transition(prev, record))
+        self._prev = record if game_over == GameOver.NOT_OVER else None
+        if game_over != GameOver.NOT_OVER:
+            self.on_episode_end(game_over)
+
+    def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
+        """Record the final observation of an episode: terminated (True) or truncated (False)."""
+        self.store_data(inputs, game_over=GameOver.TERMINATED if terminated else GameOver.TRUNCATED)
+
+    def _transition(self, prev: Mapping[str, Any], cur: Mapping[str, Any]) -> TrainingBatch:
+        def rows(d: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {k: np.asarray(v)[None] for k, v in d.items()}
+
+        over = cur["game_over"]
+        return TrainingBatch(
+            inputs=rows(prev["inputs"]),
+            actions=rows(prev["actions"]),
+            rewards=rows(prev["rewards"]),
+            next_inputs=rows(cur["inputs"]),
+            terminal=np.array([over == GameOver.TERMINATED]),
+            segment_end=np.array([over != GameOver.NOT_OVER]),
+            states=dict(prev["states"]),
+            next_states=dict(cur["states"]),
+            extras=rows(prev["extras"]),
+        )
+
+    # ---------------------------------------------------------- overrides
+    def on_transition(self, transition: TrainingBatch) -> None:
+        """Called with each completed one-row transition. Override to store it."""
+
+    def on_episode_end(self, game_over: GameOver) -> None:
+        """Called after the final experience of an episode."""
+
+    def learn(self) -> LearnResult | None:
+        """Send training data if there is some; block until learned. Override."""
+        return None
+
+    def _send(self, batch: TrainingBatch) -> LearnResult:
+        self.comm.put_training_data(batch)
+        result = self.comm.get_training_return()
+        self.last_learn = result
+        self.learn_calls += 1
+        return result
+
+
+def _concat(batches: list[TrainingBatch]) -> TrainingBatch:
+    from parl.framework.computation_wrapper import pack_training_batches
+
+    return pack_training_batches(batches)[0]
+
+
+@dataclass
+class OnPolicyConfig:
+    """Settings of :class:`OnPolicyHelper`."""
+
+    sample_interval: int = 8
+    """Send the recent transitions every this many steps (and at every episode end)."""
+    learn_trigger: LearnTrigger = LearnTrigger.STORE_DATA
+    """STORE_DATA: ``store_data`` sends when a chunk is ready; AGENT: the agent calls ``learn()``."""
+
+    def __post_init__(self) -> None:
+        if self.sample_interval < 1:
+            raise ValueError(f"OnPolicyConfig.sample_interval must be >= 1, got {self.sample_interval}")
+
+
+class OnPolicyHelper(AgentHelper):
+    """Sends this agent's recent experience for learning, then discards it.
+
+    Every ``sample_interval`` transitions, and at each episode end, the
+    transitions since the last send form one chunk (in time order, with
+    ``segment_end`` on the last row and at episode ends, and the next inputs
+    needed to bootstrap the last value)::
+
+        helper = OnPolicyHelper("RL", comm, OnPolicyConfig(sample_interval=16))
+    """
+
+    def __init__(self, name: str, comm: Communicator, config: OnPolicyConfig | None = None) -> None:
+        super().__init__(name, comm)
+        self.config = config if config is not None else OnPolicyConfig()
+        self._chunk: list[TrainingBatch] = []
+
+    def on_transition(self, transition: TrainingBatch) -> None:
+        self._chunk.append(transition)
+        if len(self._chunk) >= self.config.sample_interval and self.config.learn_trigger == LearnTrigger.STORE_DATA:
+            self.learn()
+
+    def on_episode_end(self, game_over: GameOver) -> None:
+        if self._chunk and self.config.learn_trigger == LearnTrigger.STORE_DATA:
+            self.learn()
+
+    @property
+    def ready(self) -> bool:
+        """Whether a chunk is waiting to be sent."""
+        return bool(self._chunk)
+
+    def learn(self) -> LearnResult | None:
+        if not self._chunk:
+            return None
+        batch = _concat(self._chunk)
+        seg = np.asarray(batch.segment_end, bool).copy()
+        seg[-1] = True
+        batch.segment_end = seg
+        self._chunk = []
+        return self._send(batch)
+
+
+@dataclass
+class ExpReplayConfig:
+    """Settings of :class:`ExpReplayHelper`."""
+
+    capacity: int = 50_000
+    """Transitions kept in this agent's replay buffer."""
+    batch_size: int = 32
+    """Transitions this agent sends per learning request."""
+    learning_starts: int = 500
+    """Transitions stored before the first learning request."""
+    learn_every: int = 4
+    """With LearnTrigger.STORE_DATA, send a request every this many stored transitions."""
+    learn_trigger: LearnTrigger = LearnTrigger.STORE_DATA
+    """STORE_DATA: ``store_data`` learns on schedule; AGENT: the agent calls ``learn()``."""
+    seed: int | None = None
+    """Seed of sampling (None: derived from the agent id)."""
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1 or self.batch_size < 1 or self.learn_every < 1 or self.learning_starts < 0:
+            raise ValueError("ExpReplayConfig: capacity, batch_size and learn_every must be >= 1, learning_starts >= 0")
+
+
+class ExpReplayHelper(AgentHelper):
+    """Keeps this agent's replay buffer and sends sampled batches for learning::
+
+    helper = ExpReplayHelper("RL", comm, ExpReplayConfig(batch_size=32, learn_every=4))
+    ...
+    helper.learn()      # with LearnTrigger.AGENT; otherwise store_data calls it
+    """
+
+    def __init__(self, name: str, comm: Communicator, config: ExpReplayConfig | None = None) -> None:
+        super().__init__(name, comm)
+        self.config = config if config is not None else ExpReplayConfig()
+        self.buffer = ReplayBuffer(
+            self.config.capacity,
+            self.input_specs,
+            self.action_specs,
+            self.reward_specs,
+            self.state_specs,
+            self.extra_specs,
+            name=f"{name}/agent{self.agent_id}",
+        )
+        seed = self.config.seed if self.config.seed is not None else 10_007 * (self.agent_id + 1)
+        self.rng = np.random.default_rng(seed)
+        self._since_learn = 0
+
+    def on_transition(self, transition: TrainingBatch) -> None:
+        self.buffer.add(transition)
+        self._since_learn += 1
+        if self.config.learn_trigger == LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
+            self.learn()
+
+    def learn(self) -> LearnResult | None:
+        if len(self.buffer) < max(1, self.config.learning_starts):
+            return None
+        self._since_learn = 0
+        return self._send(self.buffer.sample(self.config.batch_size, self.rng))

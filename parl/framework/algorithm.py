@@ -1,0 +1,162 @@
+"""Algorithm: general prediction and learning, independent of the problem."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import paddle
+
+from parl.data.specs import FieldSpec, zeros_for
+from parl.framework.model import Model
+from parl.framework.types import Prediction, TrainingBatch
+
+__all__ = ["Algorithm", "ModelFactory", "Tensors"]
+
+ModelFactory = Callable[[], Model]
+Tensors = dict[str, paddle.Tensor]
+
+
+class Algorithm:
+    """Base class of algorithms: predict and learn on paddle tensors.
+
+    An algorithm receives either a model **factory** (a no-argument callable
+    that returns a fresh :class:`Model`) or a model object. With a factory it
+    builds its own model and can build reference models (a target network, a
+    behaviour policy) with fresh parameters, kept in step by
+    ``sync_params_to``. With a model object it shares that model (its
+    parameters) with whoever else holds it. It owns its optimizer.
+
+    Subclasses implement :meth:`predict`, :meth:`learn` and :meth:`warm_up`::
+
+        class Regression(parl.Algorithm):
+            def __init__(self, model, lr: float = 1e-3) -> None:
+                super().__init__(model)
+                self.optimizer = paddle.optimizer.Adam(lr, parameters=self.model.parameters())
+
+            def warm_up(self, model, inputs, states):
+                model.value(inputs)
+
+            def predict(self, inputs, states, explore):
+                return Prediction(actions={"y": self.model.value(inputs)})
+
+            def learn(self, batch):
+                err = self.model.value(batch.inputs)[:, 0] - batch.rewards["reward"]
+                loss = (err ** 2).mean()
+                self.apply_gradients(loss, self.optimizer)
+                return {"loss": loss, "error": err}
+
+    ``learn`` returns a dict of tensors: 0-d tensors become scalar metrics,
+    tensors with one row per sample are handed back per sample.
+    """
+
+    def __init__(self, model: Model | ModelFactory) -> None:
+        if isinstance(model, Model):
+            self._model_func: ModelFactory | None = None
+            self.model = model
+            self._ensure_built(model)
+        elif callable(model):
+            self._model_func = model
+            self.model = self.create_model()
+        else:
+            raise TypeError(
+                f"{type(self).__name__} expects a Model or a no-argument callable returning one "
+                f"(e.g. lambda: MyModel()), got {type(model).__name__}"
+            )
+        self.optimizer: paddle.optimizer.Optimizer | None = None
+        self._reference_models: dict[str, Model] = {}
+
+    # ----------------------------------------------------------------- models
+    def create_model(self) -> Model:
+        """A new model with fresh parameters, from the factory, with its lazy layers built."""
+        if self._model_func is None:
+            raise TypeError(
+                f"{type(self).__name__} was given a model object, so it cannot create a fresh copy; "
+                "pass a model factory such as lambda: MyModel(...) instead"
+            )
+        model = self._model_func()
+        if not isinstance(model, Model):
+            raise TypeError(f"the model factory must return a parl.Model, got {type(model).__name__}")
+        self._ensure_built(model)
+        return model
+
+    def create_reference_model(self, name: str) -> Model:
+        """A fresh model under ``name`` (e.g. ``"target"``), initialised as a copy of ``self.model``.
+
+        Reference models are saved and loaded with the algorithm.
+        """
+        ref = self.create_model()
+        self.model.sync_params_to(ref, decay=0.0)
+        for p in ref.parameters():
+            p.stop_gradient = True
+        self._reference_models[name] = ref
+        return ref
+
+    def _ensure_built(self, model: Model) -> None:
+        inputs = {k: paddle.to_tensor(v) for k, v in zeros_for(model.input_specs(), 1).items()}
+        states = {k: paddle.to_tensor(v) for k, v in zeros_for(model.state_specs(), 1).items()}
+        with paddle.no_grad():
+            self.warm_up(model, inputs, states)
+
+    # ------------------------------------------------------------- interface
+    def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
+        """Call every model method this algorithm uses, once, on a dummy batch.
+
+        This builds lazily sized layers before the optimizer collects the
+        parameters. Must be overridden.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define warm_up()")
+
+    def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
+        """Actions (and next states) for a batch; ``explore=False`` asks for the greedy policy."""
+        raise NotImplementedError(f"{type(self).__name__} must define predict()")
+
+    def learn(self, batch: TrainingBatch) -> Mapping[str, paddle.Tensor]:
+        """One update from ``batch`` (whose arrays are paddle tensors)."""
+        raise NotImplementedError(f"{type(self).__name__} must define learn()")
+
+    def extra_learn_specs(self) -> list[FieldSpec]:
+        """Per-sample fields this algorithm needs in ``TrainingBatch.extras``."""
+        return []
+
+    def extra_predict_specs(self) -> list[FieldSpec]:
+        """Per-sample fields this algorithm returns in ``Prediction.extras``."""
+        return []
+
+    # --------------------------------------------------------------- helpers
+    def apply_gradients(
+        self, loss: paddle.Tensor, optimizer: paddle.optimizer.Optimizer, model: Model | None = None
+    ) -> None:
+        """Back-propagate ``loss`` and step ``optimizer``.
+
+        Gradients are computed outside any lock; the parameter write happens
+        under ``model.param_lock`` so concurrent predictions see either the
+        old or the new parameters, never a mix.
+        """
+        model = self.model if model is None else model
+        loss.backward()
+        with model.param_lock:
+            optimizer.step()
+        optimizer.clear_grad()
+
+    def checkpoint_items(self) -> dict[str, Any]:
+        """Objects with ``state_dict``/``set_state_dict`` saved by ``ComputationTask.save``."""
+        items: dict[str, Any] = {"model": self.model}
+        items.update({f"ref_{k}": v for k, v in self._reference_models.items()})
+        if self.optimizer is not None:
+            items["optimizer"] = self.optimizer
+        return items
+
+    def state_dict(self) -> dict[str, Any]:
+        """Parameters of every model and the optimizer state, by item name."""
+        return {k: v.state_dict() for k, v in self.checkpoint_items().items()}
+
+    def set_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned; raises on missing items."""
+        items = self.checkpoint_items()
+        missing = sorted(set(items) - set(state))
+        if missing:
+            raise ValueError(f"checkpoint lacks {missing}; it has {sorted(state)}")
+        with self.model.param_lock:
+            for k, obj in items.items():
+                obj.set_state_dict(state[k])

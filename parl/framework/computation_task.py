@@ -1,0 +1,260 @@
+"""ComputationTask: one prediction/learning routine on numpy data, checked against specs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import paddle
+
+from parl.data.specs import FieldSpec, SpecError, check_fields, zeros_for
+from parl.framework.algorithm import Algorithm
+from parl.framework.types import LearnResult, Prediction, TrainingBatch
+from parl.utils.atomic import atomic_write
+
+__all__ = ["ComputationTask", "AlgorithmFactory"]
+
+AlgorithmFactory = Callable[[], Algorithm]
+
+_CHECKPOINT_VERSION = 1
+
+
+def _to_tensors(data: Mapping[str, np.ndarray]) -> dict[str, paddle.Tensor]:
+    return {k: paddle.to_tensor(v) for k, v in data.items()}
+
+
+def _to_numpy(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return {k: (v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v)) for k, v in data.items()}
+
+
+class ComputationTask:
+    """A named computation routine of an agent: ``predict`` and ``learn`` on numpy dicts.
+
+    Built from an :class:`Algorithm` object (shared: two tasks on one
+    algorithm share its parameters) or from an algorithm factory (a fresh
+    algorithm with fresh parameters). Data crossing the task is validated
+    against the model's specs; a mistake raises ``ValueError`` naming the
+    task, the field, what was expected and what came. No gradient flows
+    between tasks: everything crossing the boundary is numpy.
+
+    Example::
+
+        algo_func = parl.create_algorithm_func(CartPoleQ, {}, DQN, {"config": DQNConfig()})
+        task = parl.ComputationTask("RL", algorithm=algo_func)
+        pred = task.predict({"obs": obs[None]})          # obs of shape (4,)
+        action = pred.actions["action"][0]
+        result = task.learn(batch)                      # a TrainingBatch of numpy arrays
+        result.metrics["loss"]
+
+    Thread safety: ``predict`` may run while ``learn`` runs in another
+    thread; it sees the parameters from before or after an optimizer step,
+    never in between.
+    """
+
+    def __init__(self, name: str, algorithm: Algorithm | AlgorithmFactory) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a ComputationTask needs a non-empty string name, got {name!r}")
+        self.name = name
+        if isinstance(algorithm, Algorithm):
+            self.algorithm = algorithm
+        elif callable(algorithm):
+            made = algorithm()
+            if not isinstance(made, Algorithm):
+                raise TypeError(
+                    f"task {name!r}: the algorithm factory returned {type(made).__name__}, not an Algorithm"
+                )
+            self.algorithm = made
+        else:
+            raise TypeError(
+                f"task {name!r}: algorithm must be an Algorithm or a no-argument factory, got {type(algorithm).__name__}"
+            )
+        model = self.algorithm.model
+        self.input_specs: list[FieldSpec] = list(model.input_specs())
+        self.state_specs: list[FieldSpec] = list(model.state_specs())
+        self.action_specs: list[FieldSpec] = list(model.action_specs())
+        self.reward_specs: list[FieldSpec] = list(model.reward_specs())
+        self.extra_learn_specs: list[FieldSpec] = list(self.algorithm.extra_learn_specs())
+        self.extra_predict_specs: list[FieldSpec] = list(self.algorithm.extra_predict_specs())
+
+    # ------------------------------------------------------------ predict
+    def initial_states(self, batch_size: int) -> dict[str, np.ndarray]:
+        """Zero recurrent states for ``batch_size`` samples (empty if the model has none)."""
+        return zeros_for(self.state_specs, batch_size)
+
+    def predict(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        states: Mapping[str, np.ndarray] | None = None,
+        explore: bool = True,
+        check: bool = True,
+    ) -> Prediction:
+        """Actions for a batch of inputs.
+
+        Args:
+            inputs: one array per input field, each with a leading batch axis.
+            states: recurrent states, one row per sample (required when the
+                model declares state specs; zeros start an episode).
+            explore: sample/explore (True) or act greedily (False).
+            check: validate the data against the specs (the agent group
+                validates per agent before packing and passes False).
+
+        Returns:
+            A :class:`Prediction` of numpy arrays with one row per sample.
+        """
+        if states is None:
+            if self.state_specs:
+                raise SpecError(
+                    f"task {self.name!r}: the model declares recurrent states "
+                    f"{[s.name for s in self.state_specs]}; pass states (task.initial_states(B) to start)"
+                )
+            states = {}
+        if check:
+            inputs = check_fields(inputs, self.input_specs, task=self.name, group="inputs")
+            batch = next(iter(inputs.values())).shape[0] if inputs else None
+            states = check_fields(states, self.state_specs, task=self.name, group="states", batch_size=batch)
+        model = self.algorithm.model
+        with paddle.no_grad(), model.param_lock:
+            out = self.algorithm.predict(_to_tensors(inputs), _to_tensors(states), explore)
+        return Prediction(actions=_to_numpy(out.actions), states=_to_numpy(out.states), extras=_to_numpy(out.extras))
+
+    # -------------------------------------------------------------- learn
+    def check_batch(self, batch: TrainingBatch, agent_id: int | None = None) -> TrainingBatch:
+        """Validate every group of ``batch`` against the specs and return a normalised copy."""
+        if not isinstance(batch, TrainingBatch):
+            raise SpecError(f"task {self.name!r}: learn expects a TrainingBatch, got {type(batch).__name__}")
+        kw = {"task": self.name, "agent_id": agent_id}
+        inputs = check_fields(batch.inputs, self.input_specs, group="inputs", **kw)  # type: ignore[arg-type]
+        if not inputs:
+            raise SpecError(f"task {self.name!r}: a training batch needs at least one input field")
+        size = next(iter(inputs.values())).shape[0]
+        if size == 0:
+            raise SpecError(f"task {self.name!r}: a training batch must have at least one sample, got 0")
+        b = {"batch_size": size, **kw}
+        flags = FieldSpec("terminal", (), "bool")
+        terminal = check_fields({"terminal": batch.terminal}, [flags], group="batch", **b)["terminal"]  # type: ignore[arg-type]
+        segment_end = None
+        if batch.segment_end is not None:
+            seg_spec = FieldSpec("segment_end", (), "bool")
+            segment_end = check_fields({"segment_end": batch.segment_end}, [seg_spec], group="batch", **b)[  # type: ignore[arg-type]
+                "segment_end"
+            ]
+        weights = None
+        if batch.weights is not None:
+            w_spec = FieldSpec("weights", (), "float32")
+            weights = check_fields({"weights": batch.weights}, [w_spec], group="batch", **b)["weights"]  # type: ignore[arg-type]
+        return TrainingBatch(
+            inputs=inputs,
+            actions=check_fields(batch.actions, self.action_specs, group="actions", **b),  # type: ignore[arg-type]
+            rewards=check_fields(batch.rewards, self.reward_specs, group="rewards", **b),  # type: ignore[arg-type]
+            next_inputs=check_fields(batch.next_inputs, self.input_specs, group="next_inputs", **b),  # type: ignore[arg-type]
+            terminal=terminal,
+            segment_end=segment_end,
+            states=check_fields(batch.states, self.state_specs, group="states", **b),  # type: ignore[arg-type]
+            next_states=check_fields(batch.next_states, self.state_specs, group="next_states", **b),  # type: ignore[arg-type]
+            extras=check_fields(batch.extras, self.extra_learn_specs, group="extras", **b),  # type: ignore[arg-type]
+            weights=weights,
+        )
+
+    def learn(self, batch: TrainingBatch, check: bool = True) -> LearnResult:
+        """One learning step on ``batch`` (numpy arrays, validated unless ``check=False``).
+
+        Returns:
+            A :class:`LearnResult`: scalar metrics, and per-sample arrays
+            (one row per row of ``batch``).
+        """
+        if check:
+            batch = self.check_batch(batch)
+        size = batch.size
+        tensor_batch = TrainingBatch(
+            inputs=_to_tensors(batch.inputs),
+            actions=_to_tensors(batch.actions),
+            rewards=_to_tensors(batch.rewards),
+            next_inputs=_to_tensors(batch.next_inputs),
+            terminal=paddle.to_tensor(np.asarray(batch.terminal, dtype=np.float32)),
+            segment_end=None
+            if batch.segment_end is None
+            else paddle.to_tensor(np.asarray(batch.segment_end, dtype=np.float32)),
+            states=_to_tensors(batch.states),
+            next_states=_to_tensors(batch.next_states),
+            extras=_to_tensors(batch.extras),
+            weights=None if batch.weights is None else paddle.to_tensor(np.asarray(batch.weights, np.float32)),
+        )
+        with self.algorithm.model.learn_lock:
+            out = self.algorithm.learn(tensor_batch)
+        result = LearnResult()
+        for key, value in out.items():
+            arr = value.numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
+            if arr.ndim == 0:
+                result.metrics[key] = float(arr)
+            elif arr.shape[0] == size:
+                result.per_sample[key] = arr
+            else:
+                raise ValueError(
+                    f"task {self.name!r}: {type(self.algorithm).__name__}.learn returned {key!r} with shape "
+                    f"{arr.shape}; expected a scalar or one row per sample ({size})"
+                )
+        return result
+
+    # --------------------------------------------------------- save/load
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save parameters and optimizer state to ``path`` atomically.
+
+        The file is written to a temporary name and renamed, so a save
+        interrupted midway leaves the previous file intact.
+        """
+        algo = self.algorithm
+        with algo.model.learn_lock:
+            state = algo.state_dict()
+            names = {
+                k: [p.name for p in v.parameters()]
+                for k, v in algo.checkpoint_items().items()
+                if hasattr(v, "parameters") and isinstance(v, paddle.nn.Layer)
+            }
+            payload = {"version": _CHECKPOINT_VERSION, "task": self.name, "state": state, "param_names": names}
+            atomic_write(path, lambda tmp: paddle.save(payload, tmp))
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore what :meth:`save` wrote (parameters and optimizer state)."""
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"task {self.name!r}: no checkpoint at {os.fspath(path)!r}")
+        payload = paddle.load(os.fspath(path))
+        if not isinstance(payload, dict) or payload.get("version") != _CHECKPOINT_VERSION:
+            raise ValueError(f"task {self.name!r}: {os.fspath(path)!r} is not a parl task checkpoint")
+        state = dict(payload["state"])
+        algo = self.algorithm
+        items = algo.checkpoint_items()
+        # Optimizer accumulators are keyed by global parameter names, which differ
+        # between processes and instances; map them through the structure.
+        rename: dict[str, str] = {}
+        for key, old_names in payload["param_names"].items():
+            obj = items.get(key)
+            if isinstance(obj, paddle.nn.Layer):
+                new_names = [p.name for p in obj.parameters()]
+                if len(new_names) != len(old_names):
+                    raise ValueError(
+                        f"task {self.name!r}: checkpoint {key!r} has {len(old_names)} parameters, "
+                        f"this model has {len(new_names)}"
+                    )
+                rename.update(zip(old_names, new_names))
+        for key, obj in items.items():
+            if isinstance(obj, paddle.optimizer.Optimizer) and key in state:
+                state[key] = _rename_optimizer_state(state[key], rename)
+        with algo.model.learn_lock:
+            algo.set_state_dict(state)
+
+
+def _rename_optimizer_state(opt_state: Mapping[str, Any], rename: Mapping[str, str]) -> dict[str, Any]:
+    by_length = sorted(rename, key=len, reverse=True)
+    out: dict[str, Any] = {}
+    for key, value in opt_state.items():
+        new_key = key
+        for old in by_length:
+            if key.startswith(old + "_") or key == old:
+                new_key = rename[old] + key[len(old) :]
+                break
+        if isinstance(value, dict):
+            value = _rename_optimizer_state(value, rename)
+        out[new_key] = value
+    return out

@@ -1,0 +1,356 @@
+"""ComputationWrapper: batches many agents' requests into single task calls."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from parl.data.packing import pack_fields, unpack_fields
+from parl.framework.communicator import (
+    Communicator,
+    Failure,
+    PredictRequest,
+    RequestSink,
+    ReturnQueue,
+    ThreadReturnQueue,
+)
+from parl.framework.computation_task import ComputationTask
+from parl.framework.errors import RunStopped, WrapperError
+from parl.framework.types import LearnResult, Prediction, TrainingBatch
+
+__all__ = ["ComputationWrapper", "WrapperConfig", "BatchStats", "pack_training_batches"]
+
+logger = logging.getLogger(__name__)
+
+PredictItem = tuple[Communicator, PredictRequest]
+TrainItem = tuple[Communicator, TrainingBatch]
+
+
+@dataclass
+class WrapperConfig:
+    """Batching limits of a :class:`ComputationWrapper`. All sizes count samples, not requests."""
+
+    max_batch_size: int = 1024
+    """Most samples in one prediction call; a larger single request is served alone."""
+    max_wait_s: float = 0.0005
+    """After the first prediction request, wait at most this long for more before calling the task."""
+    min_train_batch_size: int = 1
+    """Fewest samples per learning call, unless ``train_max_wait_s`` passes first."""
+    max_train_batch_size: int = 65_536
+    """Most samples in one learning call; a larger single request is served alone."""
+    train_max_wait_s: float = 0.05
+    """After the first training request, wait at most this long to reach ``min_train_batch_size``."""
+    check_data: bool = True
+    """Validate every request against the specs on the agent's side."""
+    poll_s: float = 0.05
+    """How often idle loops look at the stop flag."""
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1 or self.max_train_batch_size < 1 or self.min_train_batch_size < 1:
+            raise ValueError("WrapperConfig batch sizes must be >= 1")
+        if self.min_train_batch_size > self.max_train_batch_size:
+            raise ValueError("WrapperConfig.min_train_batch_size must not exceed max_train_batch_size")
+        if self.max_wait_s < 0 or self.train_max_wait_s < 0 or self.poll_s <= 0:
+            raise ValueError("WrapperConfig waits must be >= 0 (poll_s > 0)")
+
+
+@dataclass
+class BatchStats:
+    """Counts of the batches one loop has served."""
+
+    calls: int = 0
+    requests: int = 0
+    samples: int = 0
+    max_batch: int = 0
+    histogram: Counter[int] = field(default_factory=Counter)
+
+    def record(self, requests: int, samples: int) -> None:
+        self.calls += 1
+        self.requests += requests
+        self.samples += samples
+        self.max_batch = max(self.max_batch, samples)
+        self.histogram[samples] += 1
+
+    @property
+    def mean_batch(self) -> float:
+        """Mean samples per call."""
+        return self.samples / self.calls if self.calls else 0.0
+
+
+def pack_training_batches(batches: Sequence[TrainingBatch]) -> tuple[TrainingBatch, list[int]]:
+    """Concatenate transition batches along the sample axis; returns the batch and row offsets."""
+    inputs, offsets = pack_fields([b.inputs for b in batches])
+    n = [b.size for b in batches]
+    seg = [np.ones(k, bool) if b.segment_end is None else np.asarray(b.segment_end, bool) for b, k in zip(batches, n)]
+    any_weights = any(b.weights is not None for b in batches)
+    packed = TrainingBatch(
+        inputs=inputs,
+        actions=pack_fields([b.actions for b in batches])[0],
+        rewards=pack_fields([b.rewards for b in batches])[0],
+        next_inputs=pack_fields([b.next_inputs for b in batches])[0],
+        terminal=np.concatenate([np.asarray(b.terminal, bool) for b in batches]),
+        segment_end=np.concatenate(seg),
+        states=pack_fields([b.states for b in batches])[0],
+        next_states=pack_fields([b.next_states for b in batches])[0],
+        extras=pack_fields([b.extras for b in batches])[0],
+        weights=np.concatenate(
+            [
+                np.ones(k, np.float32) if b.weights is None else np.asarray(b.weights, np.float32)
+                for b, k in zip(batches, n)
+            ]
+        )
+        if any_weights
+        else None,
+    )
+    return packed, offsets
+
+
+class ComputationWrapper:
+    """Two loops over one ComputationTask: one batches predictions, one batches learning.
+
+    Agents reach the wrapper through :class:`Communicator` objects. The
+    prediction loop takes every request waiting (up to ``max_batch_size``
+    samples, waiting at most ``max_wait_s`` for more), packs them by the
+    model's specs into one batch, calls ``task.predict`` once and hands each
+    agent exactly its rows. The training loop does the same with
+    ``task.learn``, gathering at least ``min_train_batch_size`` samples unless
+    ``train_max_wait_s`` passes. The two loops run in their own threads, so
+    prediction and training overlap; the task guarantees that a prediction
+    never sees half-applied parameters.
+
+    Example::
+
+        wrapper = ComputationWrapper(task, WrapperConfig(max_batch_size=256))
+        comm = wrapper.create_communicator(agent_id=0)
+        wrapper.start()
+        comm.put_prediction_data({"obs": obs[None]}, states={})
+        actions = comm.get_prediction_return().actions
+        wrapper.stop()
+
+    Failures never hang an agent: an exception in the task is delivered to
+    every agent of that batch; an exception in a loop marks the wrapper dead
+    and every waiting or later request raises :class:`WrapperError`.
+    """
+
+    def __init__(self, task: ComputationTask, config: WrapperConfig | None = None) -> None:
+        self.task = task
+        self.config = config if config is not None else WrapperConfig()
+        self.prediction_q: queue.SimpleQueue[PredictItem] = queue.SimpleQueue()
+        self.training_q: queue.SimpleQueue[TrainItem] = queue.SimpleQueue()
+        self.comms: dict[int, Communicator] = {}
+        self.prediction_stats = BatchStats()
+        self.training_stats = BatchStats()
+        self.last_metrics: dict[str, float] = {}
+        self.error: BaseException | None = None
+        self._error_tb = ""
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._stats_lock = threading.Lock()
+        self.serve_predictions_in_thread = True
+
+    # --------------------------------------------------------------- wiring
+    def create_communicator(
+        self,
+        agent_id: int,
+        return_queue_factory: Callable[[], ReturnQueue] = ThreadReturnQueue,
+        prediction_sink: RequestSink | None = None,
+    ) -> Communicator:
+        """A communicator for ``agent_id``; its return queues come from ``return_queue_factory``.
+
+        ``prediction_sink`` replaces the wrapper's prediction queue, for a
+        scheduler that serves predictions itself through :meth:`serve_predictions`.
+        """
+        comm = Communicator(
+            agent_id,
+            self,
+            prediction_sink if prediction_sink is not None else self.prediction_q,
+            self.training_q,
+            return_queue_factory(),
+            return_queue_factory(),
+        )
+        self.comms[agent_id] = comm
+        return comm
+
+    def check_alive(self) -> None:
+        """Raise if the wrapper has failed or is stopping (called by waiting agents)."""
+        if self.error is not None:
+            raise WrapperError(
+                f"task {self.task.name!r}: the wrapper failed with {type(self.error).__name__}: {self.error}\n"
+                f"original traceback:\n{self._error_tb}"
+            ) from self.error
+        if self._stop.is_set():
+            raise RunStopped(f"task {self.task.name!r} is stopping")
+
+    @property
+    def running(self) -> bool:
+        """Whether the loops are running."""
+        return any(t.is_alive() for t in self._threads)
+
+    def start(self) -> None:
+        """Start the training loop and (unless a scheduler serves them) the prediction loop."""
+        if self._threads:
+            raise RuntimeError(f"wrapper of task {self.task.name!r} already started")
+        targets: list[tuple[str, Callable[[], None]]] = [("train", self._training_loop)]
+        if self.serve_predictions_in_thread:
+            targets.append(("predict", self._prediction_loop))
+        for kind, target in targets:
+            t = threading.Thread(target=self._guard(target), name=f"parl-{self.task.name}-{kind}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop both loops and answer every request still queued with ``RunStopped``."""
+        self._stop.set()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._fail_pending(RunStopped(f"task {self.task.name!r} stopped"), "")
+
+    # ---------------------------------------------------------------- loops
+    def _guard(self, loop: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                loop()
+            except BaseException as exc:  # noqa: BLE001 - reported to every waiting agent
+                self._error_tb = traceback.format_exc()
+                self.error = exc
+                logger.error("wrapper loop of task %r died: %s", self.task.name, self._error_tb)
+                self._fail_pending(exc, self._error_tb)
+
+        return run
+
+    def _fail_pending(self, exc: BaseException, tb: str) -> None:
+        for q, kind in ((self.prediction_q, "predict"), (self.training_q, "learn")):
+            while True:
+                try:
+                    comm, _ = q.get_nowait()
+                except queue.Empty:
+                    break
+                failure = Failure(exc, tb, kind)
+                if kind == "predict":
+                    comm.put_prediction_return(failure)
+                else:
+                    comm.put_training_return(failure)
+
+    def _collect(
+        self, q: queue.SimpleQueue[Any], carry: list[Any], limit: int, minimum: int, wait_s: float
+    ) -> list[Any]:
+        """Take requests until ``limit`` samples, or ``minimum`` samples and nothing waiting, or the wait ends."""
+        items: list[Any] = []
+        if carry:
+            items.append(carry.pop())
+        else:
+            while not self._stop.is_set():
+                try:
+                    items.append(q.get(timeout=self.config.poll_s))
+                    break
+                except queue.Empty:
+                    continue
+            if not items:
+                return items
+        samples = _samples(items[0][1])
+        deadline = time.monotonic() + wait_s
+        while samples < limit:
+            try:
+                item = q.get_nowait()
+            except queue.Empty:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (samples >= minimum and wait_s == 0):
+                    break
+                try:
+                    item = q.get(timeout=remaining)
+                except queue.Empty:
+                    break
+            n = _samples(item[1])
+            if samples + n > limit:
+                carry.append(item)
+                break
+            items.append(item)
+            samples += n
+            if samples >= minimum and q.empty() and minimum > 1:
+                break
+        return items
+
+    def _prediction_loop(self) -> None:
+        carry: list[PredictItem] = []
+        c = self.config
+        while not self._stop.is_set():
+            items = self._collect(self.prediction_q, carry, c.max_batch_size, 1, c.max_wait_s)
+            if items:
+                self.serve_predictions(items)
+
+    def _training_loop(self) -> None:
+        carry: list[TrainItem] = []
+        c = self.config
+        while not self._stop.is_set():
+            items = self._collect(
+                self.training_q, carry, c.max_train_batch_size, c.min_train_batch_size, c.train_max_wait_s
+            )
+            if items:
+                self.serve_training(items)
+        if carry:
+            self.training_q.put(carry.pop())
+
+    # -------------------------------------------------------------- serving
+    def serve_predictions(self, items: Sequence[PredictItem]) -> None:
+        """Run one batched prediction for ``items`` and return each agent its rows.
+
+        Requests asking for exploration and for greedy actions are served in
+        two calls. A task exception goes to every agent of the batch.
+        """
+        groups: dict[bool, list[PredictItem]] = {}
+        for item in items:
+            groups.setdefault(item[1].explore, []).append(item)
+        for explore, group in groups.items():
+            self._serve_prediction_group(group, explore)
+
+    def _serve_prediction_group(self, items: Sequence[PredictItem], explore: bool) -> None:
+        try:
+            requests = [r for _, r in items]
+            inputs, offsets = pack_fields([r.inputs for r in requests])
+            states = pack_fields([r.states for r in requests])[0] if self.task.state_specs else {}
+            pred = self.task.predict(inputs, states if self.task.state_specs else None, explore=explore, check=False)
+            actions = unpack_fields(pred.actions, offsets)
+            next_states = unpack_fields(pred.states, offsets) if pred.states else [{} for _ in items]
+            extras = unpack_fields(pred.extras, offsets) if pred.extras else [{} for _ in items]
+        except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
+            tb = traceback.format_exc()
+            for comm, _ in items:
+                comm.put_prediction_return(Failure(exc, tb, "predict"))
+            return
+        with self._stats_lock:
+            self.prediction_stats.record(len(items), offsets[-1])
+        for i, (comm, _) in enumerate(items):
+            comm.put_prediction_return(Prediction(actions[i], next_states[i], extras[i]))
+
+    def serve_training(self, items: Sequence[TrainItem]) -> None:
+        """Run one learning step on the packed ``items``; each agent gets its rows and the metrics."""
+        try:
+            batch, offsets = pack_training_batches([b for _, b in items])
+            result = self.task.learn(batch, check=False)
+            per_agent = unpack_fields(result.per_sample, offsets) if result.per_sample else [{} for _ in items]
+        except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
+            tb = traceback.format_exc()
+            for comm, _ in items:
+                comm.put_training_return(Failure(exc, tb, "learn"))
+            return
+        with self._stats_lock:
+            self.training_stats.record(len(items), offsets[-1])
+            self.last_metrics = dict(result.metrics)
+        for i, (comm, _) in enumerate(items):
+            comm.put_training_return(LearnResult(per_sample=per_agent[i], metrics=dict(result.metrics)))
+
+
+def _samples(request: Any) -> int:
+    if isinstance(request, PredictRequest):
+        return request.samples
+    return int(request.size)

@@ -1,0 +1,55 @@
+"""Errors raised by the agent group, each naming where the fault happened."""
+
+from __future__ import annotations
+
+__all__ = ["TaskError", "AgentError", "RunStopped", "WrapperError"]
+
+
+class TaskError(RuntimeError):
+    """A ComputationTask failed while serving a request of this agent.
+
+    Attributes:
+        agent_id: the agent whose request failed.
+        task: the task name.
+        traceback_text: the original traceback, formatted.
+    """
+
+    def __init__(self, agent_id: int, task: str, kind: str, original: BaseException, traceback_text: str) -> None:
+        self.agent_id = agent_id
+        self.task = task
+        self.kind = kind
+        self.original = original
+        self.traceback_text = traceback_text
+        super().__init__(
+            f"agent {agent_id}, task {task!r}: {kind} failed with {type(original).__name__}: {original}\n"
+            f"original traceback:\n{traceback_text}"
+        )
+
+
+class WrapperError(RuntimeError):
+    """A ComputationWrapper loop died; every agent waiting on it gets this error."""
+
+
+class AgentError(RuntimeError):
+    """An agent failed; raised by ``Manager.run`` with the agent id and original traceback.
+
+    Attributes:
+        agent_id: the agent that failed.
+        task: the task involved, when the failure came from a task.
+        traceback_text: the original traceback, formatted.
+    """
+
+    def __init__(self, agent_id: int, original: BaseException, traceback_text: str, task: str | None = None) -> None:
+        self.agent_id = agent_id
+        self.original = original
+        self.traceback_text = traceback_text
+        self.task = task if task is not None else getattr(original, "task", None)
+        where = f", task {self.task!r}" if self.task else ""
+        super().__init__(
+            f"agent {agent_id}{where} failed with {type(original).__name__}: {original}\n"
+            f"original traceback:\n{traceback_text}"
+        )
+
+
+class RunStopped(Exception):
+    """Raised inside an agent waiting on a task when the run is being stopped."""

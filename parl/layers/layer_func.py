@@ -1,0 +1,136 @@
+"""LayerFunc: a callable that owns one set of uniquely named parameters.
+
+Calling the same ``LayerFunc`` object twice reuses its parameters, so sharing
+is just calling the same object; parameter names are globally unique, so
+copying or blending between two networks maps parameters by structure rather
+than by hand-written names::
+
+    fc = layers.fc(size=64, act="relu")      # parameters fc_0.w_0, fc_0.b_0
+    y1 = fc(x)
+    y2 = fc(x)                               # same parameters, same output
+    other = layers.fc(size=64, act="relu")   # fc_1.w_0, fc_1.b_0
+    fc.sync_params_to(other, decay=0.0)      # copy; decay=0.9 blends
+
+A ``LayerFunc`` is a ``paddle.nn.Layer``, so assigning one to an attribute of a
+:class:`parl.Model` registers its parameters with the model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+
+import paddle
+
+__all__ = ["LayerFunc", "unique_layer_name", "sync_params", "ParamSyncError"]
+
+_counters: dict[str, Iterator[int]] = defaultdict(itertools.count)
+_counter_lock = threading.Lock()
+
+
+def unique_layer_name(prefix: str) -> str:
+    """Return ``"{prefix}_{n}"`` with ``n`` unique for this prefix in this process."""
+    with _counter_lock:
+        return f"{prefix}_{next(_counters[prefix])}"
+
+
+class ParamSyncError(ValueError):
+    """Raised when two networks' parameters cannot be mapped onto each other."""
+
+
+class LayerFunc(paddle.nn.Layer):
+    """Base class of every parameterised layer in :mod:`parl.layers`.
+
+    Subclasses create their parameters through :meth:`param_attr`, which gives
+    them names ``"{layer_name}.{suffix}"`` (for example ``fc_0.w_0``).
+
+    Example::
+
+        class Scale(LayerFunc):
+            def __init__(self, size: int) -> None:
+                super().__init__("scale")
+                self.w = self.create_parameter([size], attr=self.param_attr("w_0"))
+
+            def forward(self, x):
+                return x * self.w
+    """
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.layer_name = unique_layer_name(prefix)
+
+    def param_attr(self, suffix: str) -> paddle.ParamAttr:
+        """A ``ParamAttr`` carrying the unique name ``"{layer_name}.{suffix}"``."""
+        return paddle.ParamAttr(name=f"{self.layer_name}.{suffix}")
+
+    @property
+    def param_names(self) -> list[str]:
+        """The global names of this layer's parameters (empty until built)."""
+        return [p.name for p in self.parameters()]
+
+    def sync_params_to(self, target: paddle.nn.Layer, decay: float = 0.0) -> None:
+        """Copy (``decay=0``) or blend this layer's parameters into ``target``.
+
+        ``target = decay * target + (1 - decay) * self``, parameter by
+        parameter, matched by structure. See :func:`sync_params`.
+        """
+        sync_params(self, target, decay)
+
+
+def _structure(layer: paddle.nn.Layer) -> list[tuple[str, paddle.Tensor]]:
+    return list(layer.named_parameters())
+
+
+def sync_params(source: paddle.nn.Layer, target: paddle.nn.Layer, decay: float = 0.0) -> None:
+    """Set ``target``'s parameters to ``decay * target + (1 - decay) * source``.
+
+    Parameters are matched by their structural path (``fc1.weight`` in the
+    source goes to ``fc1.weight`` in the target), never by global name, so two
+    instances of the same model class always match.
+
+    Raises:
+        ParamSyncError: if ``decay`` is outside ``[0, 1)``, if either side has
+            no parameters yet (lazy layers are built on their first call), or
+            if the two structures or any shapes differ.
+    """
+    if not 0.0 <= decay < 1.0:
+        raise ParamSyncError(f"decay must be in [0, 1), got {decay}")
+    if source is target:
+        return
+    src = _structure(source)
+    dst = _structure(target)
+    if not src:
+        raise ParamSyncError(
+            f"source {type(source).__name__} has no parameters yet; "
+            "lazy layers create them on their first call (build the model first)"
+        )
+    if not dst:
+        raise ParamSyncError(
+            f"target {type(target).__name__} has no parameters yet; "
+            "lazy layers create them on their first call (build the model first)"
+        )
+    src_keys = [k for k, _ in src]
+    dst_keys = [k for k, _ in dst]
+    if src_keys != dst_keys:
+        only_src = sorted(set(src_keys) - set(dst_keys))
+        only_dst = sorted(set(dst_keys) - set(src_keys))
+        raise ParamSyncError(
+            f"parameter structures differ between {type(source).__name__} and "
+            f"{type(target).__name__}: only in source {only_src}, only in target {only_dst}"
+            + ("" if only_src or only_dst else " (same names, different order)")
+        )
+    for (key, s), (_, t) in zip(src, dst):
+        if tuple(s.shape) != tuple(t.shape):
+            raise ParamSyncError(
+                f"parameter {key!r}: source shape {tuple(s.shape)} does not match target shape {tuple(t.shape)}"
+            )
+        if s.dtype != t.dtype:
+            raise ParamSyncError(f"parameter {key!r}: source dtype {s.dtype} does not match target dtype {t.dtype}")
+    with paddle.no_grad():
+        for (_, s), (_, t) in zip(src, dst):
+            if decay == 0.0:
+                t.set_value(s)
+            else:
+                t.set_value(decay * t + (1.0 - decay) * s)

@@ -1,0 +1,35 @@
+"""Package definition of parl; build and tool settings live in pyproject.toml."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="parl",
+    version="0.1.0",
+    description="PARL-style reinforcement learning on PaddlePaddle 3: many agents, batched network calls",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["parl", "parl.*"]),
+    install_requires=[
+        "paddlepaddle>=3.0",
+        "numpy>=1.24",
+        "gymnasium>=0.29",
+        "greenlet>=3.0",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=7",
+            "pytest-timeout>=2.1",
+            "hypothesis>=6",
+            "ruff>=0.4",
+            "mypy>=1.8",
+        ],
+        "plot": ["matplotlib>=3.7"],
+    },
+    entry_points={},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
