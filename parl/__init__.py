@@ -9,7 +9,21 @@ from parl import layers
 from parl.algorithms.dqn import DQN, DQNConfig
 from parl.data.replay_buffer import ReplayBuffer
 from parl.data.specs import FieldSpec, SpecError
+from parl.framework.agent import Agent, StepResult
+from parl.framework.agent_helper import (
+    AgentHelper,
+    ExpReplayConfig,
+    ExpReplayHelper,
+    GameOver,
+    LearnTrigger,
+    OnPolicyConfig,
+    OnPolicyHelper,
+)
 from parl.framework.algorithm import Algorithm
+from parl.framework.communicator import Communicator
+from parl.framework.computation_wrapper import BatchStats, ComputationWrapper, WrapperConfig
+from parl.framework.errors import AgentError, RunStopped, TaskError, WrapperError
+from parl.framework.manager import Manager, ManagerConfig, RunReport, Runtime, TaskConfig
 from parl.framework.computation_task import ComputationTask
 from parl.framework.factories import create_algorithm_func
 from parl.framework.model import Model
@@ -20,6 +34,28 @@ from parl.utils.evaluation import evaluate_greedy
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
+    "AgentError",
+    "AgentHelper",
+    "BatchStats",
+    "Communicator",
+    "ComputationWrapper",
+    "ExpReplayConfig",
+    "ExpReplayHelper",
+    "GameOver",
+    "LearnTrigger",
+    "Manager",
+    "ManagerConfig",
+    "OnPolicyConfig",
+    "OnPolicyHelper",
+    "RunReport",
+    "RunStopped",
+    "Runtime",
+    "StepResult",
+    "TaskConfig",
+    "TaskError",
+    "WrapperConfig",
+    "WrapperError",
     "Algorithm",
     "ComputationTask",
     "DQN",

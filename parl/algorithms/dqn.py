@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import paddle
@@ -138,3 +140,17 @@ class DQN(Algorithm):
 
     def extra_predict_specs(self) -> list[FieldSpec]:
         return []
+
+    def extra_state(self) -> dict[str, Any]:
+        """Learn-step and exploration counters and the exploration RNG, saved in checkpoints."""
+        return {
+            "learn_steps": self.learn_steps,
+            "explored_samples": self.explored_samples,
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.learn_steps = int(state.get("learn_steps", 0))
+        self.explored_samples = int(state.get("explored_samples", 0))
+        if "rng" in state:
+            self._rng.bit_generator.state = state["rng"]

@@ -7,12 +7,13 @@ from typing import Any
 
 import numpy as np
 
-from parl.data.specs import FieldSpec, SpecError, check_fields
+from parl.data.specs import FieldSpec, check_fields
 from parl.framework.types import TrainingBatch
 
 __all__ = ["ReplayBuffer"]
 
 _GROUPS = ("inputs", "actions", "rewards", "next_inputs", "states", "next_states", "extras")
+_TERMINAL = FieldSpec("terminal", (), "bool")
 
 
 class ReplayBuffer:
@@ -64,24 +65,25 @@ class ReplayBuffer:
         return self._size
 
     def add(self, batch: TrainingBatch) -> None:
-        """Append every row of ``batch`` (validated against the specs)."""
-        n = batch.size
-        if n == 0:
-            return
+        """Append every row of ``batch`` (validated against the specs; nothing is stored on error)."""
+        checked: dict[str, dict[str, np.ndarray]] = {}
+        # The row count comes from the inputs, so a wrong-length field is the one blamed.
+        checked["inputs"] = check_fields(batch.inputs, self._specs["inputs"], task=self.name, group="inputs")
+        n = next(iter(checked["inputs"].values())).shape[0] if checked["inputs"] else batch.size
         if n > self.capacity:
             raise ValueError(f"{self.name}: cannot add {n} rows to a buffer of capacity {self.capacity}")
-        checked: dict[str, dict[str, np.ndarray]] = {}
-        for g in _GROUPS:
+        for g in _GROUPS[1:]:
             group: Mapping[str, Any] = getattr(batch, g)
             checked[g] = check_fields(group, self._specs[g], task=self.name, group=g, batch_size=n)
-        terminal = np.asarray(batch.terminal)
-        if terminal.shape != (n,):
-            raise SpecError(f"{self.name}: terminal must have shape ({n},), got {terminal.shape}")
+        flags = {"terminal": batch.terminal}
+        terminal = check_fields(flags, [_TERMINAL], task=self.name, group="batch", batch_size=n)["terminal"]
+        if n == 0:
+            return
         idx = (self._next + np.arange(n)) % self.capacity
         for g in _GROUPS:
             for k, v in checked[g].items():
                 self._data[g][k][idx] = v
-        self._terminal[idx] = terminal.astype(bool)
+        self._terminal[idx] = terminal
         self._next = int((self._next + n) % self.capacity)
         self._size = min(self.capacity, self._size + n)
         self.added += n
@@ -95,6 +97,9 @@ class ReplayBuffer:
 
     def gather(self, idx: np.ndarray) -> TrainingBatch:
         """The rows at positions ``idx`` (``0 <= idx < len(self)``)."""
+        idx = np.asarray(idx)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._size):
+            raise IndexError(f"{self.name}: indices must be in [0, {self._size}), got {idx.min()}..{idx.max()}")
         groups = {g: {k: v[idx] for k, v in self._data[g].items()} for g in _GROUPS}
         return TrainingBatch(
             inputs=groups["inputs"],

@@ -104,15 +104,16 @@ class Agent:
         obs: Any = None
         terminated = truncated = False
         info: dict[str, Any] = {}
-        k = 0
-        for k in range(1, self.action_repeat + 1):
+        time_steps = 0
+        while time_steps < self.action_repeat:
             obs, reward, terminated, truncated, info = self.env.step(action)
             total += float(reward)
+            time_steps += 1
             if terminated or truncated:
                 break
         self.episode_return += total
-        self.episode_steps += k
-        return StepResult(obs, total, bool(terminated), bool(truncated), dict(info), k)
+        self.episode_steps += time_steps
+        return StepResult(obs, total, bool(terminated), bool(truncated), dict(info), time_steps)
 
     def close(self) -> None:
         """Close the environment."""

@@ -154,13 +154,29 @@ class AgentHelper:
                 rewards = {self.reward_specs[0].name: rewards}
             record["actions"] = check_fields(actions, self.action_specs, group="actions", **where)  # type: ignore[arg-type]
             record["rewards"] = check_fields(rewards, self.reward_specs, group="rewards", **where)  # type: ignore[arg-type]
-            record["extras"] = check_fields(extras or {}, self.extra_specs, group="extras", **where)  # type: ignore[arg-type]
+            if extras is None:
+                extras = self._extras_from_prediction()
+            record["extras"] = check_fields(extras, self.extra_specs, group="extras", **where)  # type: ignore[arg-type]
         prev = self._prev
         if prev is not None and prev["game_over"] == GameOver.NOT_OVER:
             self.on_transition(self._transition(prev, record))
         self._prev = record if game_over == GameOver.NOT_OVER else None
         if game_over != GameOver.NOT_OVER:
             self.on_episode_end(game_over)
+
+    def _extras_from_prediction(self) -> dict[str, np.ndarray]:
+        """Per-sample extras the algorithm asked to learn from, taken from this step's prediction."""
+        if not self.extra_specs:
+            return {}
+        pred = self.last_prediction
+        got = pred.extras if pred is not None else {}
+        missing = [s.name for s in self.extra_specs if s.name not in got]
+        if missing:
+            raise SpecError(
+                f"agent {self.agent_id}, task {self.name!r}: learning needs extras {missing}; pass them to "
+                "store_data(extras=...) or predict first (the algorithm's prediction provides them)"
+            )
+        return {s.name: got[s.name][0] for s in self.extra_specs}
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         """Record the final observation of an episode: terminated (True) or truncated (False)."""

@@ -16,6 +16,8 @@ __all__ = ["Algorithm", "ModelFactory", "Tensors"]
 ModelFactory = Callable[[], Model]
 Tensors = dict[str, paddle.Tensor]
 
+_EXTRA_KEY = "extra"
+
 
 class Algorithm:
     """Base class of algorithms: predict and learn on paddle tensors.
@@ -51,6 +53,9 @@ class Algorithm:
     """
 
     def __init__(self, model: Model | ModelFactory) -> None:
+        # Set before any model is built: warm_up and create_model may run subclass code.
+        self.optimizer: paddle.optimizer.Optimizer | None = None
+        self._reference_models: dict[str, Model] = {}
         if isinstance(model, Model):
             self._model_func: ModelFactory | None = None
             self.model = model
@@ -63,8 +68,6 @@ class Algorithm:
                 f"{type(self).__name__} expects a Model or a no-argument callable returning one "
                 f"(e.g. lambda: MyModel()), got {type(model).__name__}"
             )
-        self.optimizer: paddle.optimizer.Optimizer | None = None
-        self._reference_models: dict[str, Model] = {}
 
     # ----------------------------------------------------------------- models
     def create_model(self) -> Model:
@@ -147,9 +150,22 @@ class Algorithm:
             items["optimizer"] = self.optimizer
         return items
 
+    def extra_state(self) -> dict[str, Any]:
+        """Plain-Python state saved with the parameters: counters, RNG states.
+
+        Override (together with :meth:`set_extra_state`) so that a resumed run
+        continues where it stopped, e.g. DQN's exploration schedule.
+        """
+        return {}
+
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`extra_state` returned."""
+
     def state_dict(self) -> dict[str, Any]:
-        """Parameters of every model and the optimizer state, by item name."""
-        return {k: v.state_dict() for k, v in self.checkpoint_items().items()}
+        """Parameters of every model, the optimizer state and :meth:`extra_state`, by item name."""
+        state = {k: v.state_dict() for k, v in self.checkpoint_items().items()}
+        state[_EXTRA_KEY] = self.extra_state()
+        return state
 
     def set_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned; raises on missing items."""
@@ -157,6 +173,30 @@ class Algorithm:
         missing = sorted(set(items) - set(state))
         if missing:
             raise ValueError(f"checkpoint lacks {missing}; it has {sorted(state)}")
+        # paddle only warns and skips a parameter whose shape differs: check everything before writing.
+        for k, obj in items.items():
+            if isinstance(obj, paddle.nn.Layer):
+                _check_layer_state(k, obj, state[k])
         with self.model.param_lock:
             for k, obj in items.items():
                 obj.set_state_dict(state[k])
+            self.set_extra_state(state.get(_EXTRA_KEY, {}))
+
+
+def _check_layer_state(item: str, layer: paddle.nn.Layer, saved: Mapping[str, Any]) -> None:
+    current = layer.state_dict()
+    missing = sorted(set(current) - set(saved))
+    extra = sorted(set(saved) - set(current))
+    if missing or extra:
+        raise ValueError(
+            f"checkpoint item {item!r} does not match {type(layer).__name__}: "
+            f"missing {missing}, unexpected {extra}"
+        )
+    for key, value in current.items():
+        want = tuple(int(d) for d in value.shape)
+        got = tuple(int(d) for d in saved[key].shape)
+        if want != got:
+            raise ValueError(
+                f"checkpoint item {item!r}, parameter {key!r}: saved shape {got} does not match "
+                f"this {type(layer).__name__}'s shape {want}"
+            )

@@ -212,7 +212,12 @@ class ComputationTask:
                 for k, v in algo.checkpoint_items().items()
                 if hasattr(v, "parameters") and isinstance(v, paddle.nn.Layer)
             }
-            payload = {"version": _CHECKPOINT_VERSION, "task": self.name, "state": state, "param_names": names}
+            payload: dict[str, Any] = {
+                "version": _CHECKPOINT_VERSION,
+                "task": self.name,
+                "state": state,
+                "param_names": names,
+            }
             atomic_write(path, lambda tmp: paddle.save(payload, tmp))
 
     def load(self, path: str | os.PathLike[str]) -> None:

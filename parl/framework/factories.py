@@ -28,6 +28,12 @@ def create_algorithm_func(
         a, b = algo_func(), algo_func()          # independent parameters
         task = ComputationTask("RL", algorithm=algo_func)
     """
+    if isinstance(model_class, Model):
+        # A Model instance is callable (it is a paddle Layer), but calling it runs forward().
+        raise TypeError(
+            f"model_class must create a new model on each call (e.g. the class {type(model_class).__name__}), "
+            "got a model object; pass a model object directly to an Algorithm to share it"
+        )
     if not callable(model_class) or not callable(algorithm_class):
         raise TypeError("model_class and algorithm_class must be callables (usually classes)")
     if not isinstance(model_args, Mapping) or not isinstance(algorithm_args, Mapping):

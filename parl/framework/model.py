@@ -63,12 +63,16 @@ class Model(paddle.nn.Layer):
         """Reward fields; one scalar ``reward`` by default."""
         return [FieldSpec("reward", (), "float32")]
 
-    def sync_params_to(self, target: Model, decay: float = 0.0) -> None:
+    def sync_params_to(self, target: paddle.nn.Layer, decay: float = 0.0) -> None:
         """Copy (``decay=0``) or blend this model's parameters into ``target``.
 
         ``target = decay * target + (1 - decay) * self`` for every parameter,
         matched by structure; raises ``ParamSyncError`` when the structures or
-        shapes differ. The target's ``param_lock`` is held while writing.
+        shapes differ. When ``target`` is a Model its ``param_lock`` is held
+        while writing.
         """
-        with target.param_lock:
+        if isinstance(target, Model):
+            with target.param_lock:
+                sync_params(self, target, decay)
+        else:
             sync_params(self, target, decay)

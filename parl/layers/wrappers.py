@@ -12,8 +12,10 @@ as in the design document::
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import paddle
 import paddle.nn.functional as F
 
@@ -58,9 +60,15 @@ def activation(name: str | None) -> Callable[[paddle.Tensor], paddle.Tensor] | N
 
 
 def _positive(name: str, value: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    # numbers.Integral admits numpy integers such as gymnasium's ``Discrete.n``.
+    if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
+    return int(value)
+
+
+def _check_width(layer_name: str, what: str, got: int, built: int) -> None:
+    if got != built:
+        raise ValueError(f"{layer_name}: input has {got} {what} but the layer was built for {built}")
 
 
 class FC(LayerFunc):
@@ -87,11 +95,7 @@ class FC(LayerFunc):
         if self.linear is None:
             self._build(int(x.shape[-1]))
         assert self.linear is not None
-        if int(x.shape[-1]) != self.linear.weight.shape[0]:
-            raise ValueError(
-                f"{self.layer_name}: input has {x.shape[-1]} features but the layer was built "
-                f"for {self.linear.weight.shape[0]}"
-            )
+        _check_width(self.layer_name, "features", int(x.shape[-1]), int(self.linear.weight.shape[0]))
         y = self.linear(x)
         return self.act(y) if self.act is not None else y
 
@@ -134,7 +138,7 @@ class Conv2D(LayerFunc):
         self.conv = paddle.nn.Conv2D(
             channels,
             self.num_filters,
-            self.filter_size,
+            self.filter_size if isinstance(self.filter_size, int) else list(self.filter_size),
             stride=self.stride,
             padding=self.padding,
             weight_attr=self.param_attr("w_0"),
@@ -147,6 +151,7 @@ class Conv2D(LayerFunc):
         if self.conv is None:
             self._build(int(x.shape[1]))
         assert self.conv is not None
+        _check_width(self.layer_name, "channels", int(x.shape[1]), int(self.conv.weight.shape[1]))
         y = self.conv(x)
         return self.act(y) if self.act is not None else y
 
@@ -201,6 +206,7 @@ class _RecurrentCell(LayerFunc):
         if self.cell is None:
             self._build(int(x.shape[-1]))
         assert self.cell is not None
+        _check_width(self.layer_name, "features", int(x.shape[-1]), int(self.cell.weight_ih.shape[1]))
         return self.cell
 
 
@@ -264,11 +270,13 @@ class LayerNorm(LayerFunc):
     def __init__(self, size: int | None = None, epsilon: float = 1e-5) -> None:
         super().__init__("layer_norm")
         self.epsilon = epsilon
+        self.size = 0
         self.norm: paddle.nn.LayerNorm | None = None
         if size is not None:
             self._build(_positive("size", size))
 
     def _build(self, size: int) -> None:
+        self.size = size
         self.norm = paddle.nn.LayerNorm(
             size, epsilon=self.epsilon, weight_attr=self.param_attr("w_0"), bias_attr=self.param_attr("b_0")
         )
@@ -277,6 +285,7 @@ class LayerNorm(LayerFunc):
         if self.norm is None:
             self._build(int(x.shape[-1]))
         assert self.norm is not None
+        _check_width(self.layer_name, "features", int(x.shape[-1]), self.size)
         return self.norm(x)
 
 

@@ -1,4 +1,4 @@
-"""Greedy evaluation of a task on fresh environments."""
+"""Greedy evaluation of a task on fresh environments, all episodes batched together."""
 
 from __future__ import annotations
 
@@ -18,12 +18,16 @@ def evaluate_greedy(
     episodes: int = 20,
     seed: int = 0,
     max_steps: int = 100_000,
+    num_envs: int | None = None,
 ) -> np.ndarray:
-    """Returns of ``episodes`` greedy episodes (``explore=False``), one env at a time.
+    """Returns of ``episodes`` greedy episodes (``explore=False``).
 
+    Up to ``num_envs`` episodes (default: all of them) run side by side with
+    one batched ``predict`` per step, so evaluating 20 episodes costs about as
+    many network calls as one. Episode ``i`` resets with seed ``seed + i``.
     The task's model must have exactly one input field (fed the observation)
     and one action field (passed to ``env.step``); recurrent states are
-    carried between steps and reset at each episode.
+    carried per episode.
 
     Example::
 
@@ -35,23 +39,50 @@ def evaluate_greedy(
             f"evaluate_greedy needs a model with one input and one action field; task {task.name!r} has "
             f"inputs {[s.name for s in task.input_specs]} and actions {[s.name for s in task.action_specs]}"
         )
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
     in_spec = task.input_specs[0]
     act_name = task.action_specs[0].name
-    env = make_env()
+    width = min(episodes, num_envs or episodes)
+    envs = [make_env() for _ in range(width)]
     returns = np.zeros(episodes, dtype=np.float64)
     try:
-        for ep in range(episodes):
-            obs, _ = env.reset(seed=seed + ep)
-            states = task.initial_states(1)
-            for _ in range(max_steps):
-                inputs = {in_spec.name: np.asarray(obs, dtype=in_spec.np_dtype)[None]}
-                pred = task.predict(inputs, states if task.state_specs else None, explore=False)
-                states = pred.states
-                action = pred.actions[act_name][0]
-                obs, reward, terminated, truncated, _ = env.step(action)
-                returns[ep] += float(reward)
-                if terminated or truncated:
-                    break
+        next_episode = 0
+        slots: list[int | None] = [None] * width  # episode index played by each env
+        obs: list[np.ndarray | None] = [None] * width
+        steps = np.zeros(width, np.int64)
+        states = task.initial_states(width)
+
+        def start(j: int) -> None:
+            nonlocal next_episode
+            if next_episode < episodes:
+                o, _ = envs[j].reset(seed=seed + next_episode)
+                slots[j], obs[j], steps[j] = next_episode, np.asarray(o, in_spec.np_dtype), 0
+                for v in states.values():
+                    v[j] = 0
+                next_episode += 1
+            else:
+                slots[j] = None
+
+        for j in range(width):
+            start(j)
+        while any(s is not None for s in slots):
+            active = [j for j in range(width) if slots[j] is not None]
+            batch = {in_spec.name: np.stack([obs[j] for j in active])}  # type: ignore[misc]
+            st = {k: v[active] for k, v in states.items()}
+            pred = task.predict(batch, st if task.state_specs else None, explore=False)
+            for k, v in pred.states.items():
+                states[k][active] = v
+            for row, j in enumerate(active):
+                o, r, terminated, truncated, _ = envs[j].step(pred.actions[act_name][row])
+                episode = slots[j]
+                assert episode is not None
+                returns[episode] += float(r)
+                steps[j] += 1
+                obs[j] = np.asarray(o, in_spec.np_dtype)
+                if terminated or truncated or steps[j] >= max_steps:
+                    start(j)
     finally:
-        env.close()
+        for env in envs:
+            env.close()
     return returns

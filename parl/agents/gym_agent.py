@@ -1,0 +1,60 @@
+"""GymAgent: one gymnasium env, one task, observation in and one action out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import gymnasium as gym
+import numpy as np
+
+from parl.framework.agent import Agent
+from parl.framework.agent_helper import AgentHelper
+
+__all__ = ["GymAgent"]
+
+
+class GymAgent(Agent):
+    """The common case: the observation is the task's single input field, the action its single action field.
+
+    Works with any helper (on-policy or replay) and any runtime::
+
+        manager = Manager([TaskConfig("RL", algo, OnPolicyHelper)], GymAgent, lambda i: gym.make("CartPole-v1"),
+                          ManagerConfig(num_agents=16, max_steps=100_000))
+
+    For anything richer (several tasks, goals, recurrent inputs), subclass
+    :class:`Agent` and write ``run_one_episode`` yourself; this class is the
+    template.
+    """
+
+    task_name = "RL"
+
+    def __init__(
+        self,
+        agent_id: int,
+        env: gym.Env | None,
+        helpers: Mapping[str, AgentHelper],
+        action_repeat: int = 1,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(agent_id, env, helpers, action_repeat, seed)
+        helper = self.helpers[self.task_name]
+        if len(helper.input_specs) != 1 or len(helper.action_specs) != 1:
+            raise ValueError(
+                f"GymAgent needs a task with one input and one action field; task {self.task_name!r} has "
+                f"{[s.name for s in helper.input_specs]} and {[s.name for s in helper.action_specs]}"
+            )
+        self._obs_spec = helper.input_specs[0]
+        self._act_name = helper.action_specs[0].name
+
+    def run_one_episode(self) -> float:
+        helper = self.helpers[self.task_name]
+        key, dtype = self._obs_spec.name, self._obs_spec.np_dtype
+        obs = np.asarray(self.reset_env(), dtype=dtype)
+        while True:
+            action = helper.predict({key: obs})[self._act_name]
+            step = self.env_step(action)
+            helper.store_data({key: obs}, {self._act_name: action}, step.reward)
+            obs = np.asarray(step.obs, dtype=dtype)
+            if step.done:
+                helper.store_final({key: obs}, step.terminated)
+                return self.episode_return

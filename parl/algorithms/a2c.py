@@ -1,0 +1,122 @@
+"""Advantage actor-critic (A2C; Mnih et al., 2016, synchronous variant) with GAE."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import paddle
+
+from parl.algorithms.functional import categorical_entropy, categorical_log_prob, gae_advantages
+from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
+from parl.framework.model import Model
+from parl.framework.types import Prediction, TrainingBatch
+
+__all__ = ["A2C", "A2CConfig"]
+
+
+@dataclass
+class A2CConfig:
+    """Settings of :class:`A2C`."""
+
+    lr: float = 7e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda (1.0: Monte-Carlo-like n-step returns, 0.0: one-step TD)."""
+    value_coef: float = 0.5
+    """Weight of the value loss."""
+    entropy_coef: float = 0.01
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """Clip the global gradient norm to this value (0 disables)."""
+    normalize_advantages: bool = True
+    """Standardise advantages within each learning batch."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
+            raise ValueError("A2CConfig.gamma and gae_lambda must be in [0, 1]")
+        if self.lr <= 0:
+            raise ValueError(f"A2CConfig.lr must be positive, got {self.lr}")
+
+
+class A2C(Algorithm):
+    """Synchronous advantage actor-critic over discrete actions.
+
+    The model provides ``policy(inputs) -> logits [B, A]`` and
+    ``value(inputs) -> [B]`` (or ``[B, 1]``) and one scalar integer action.
+    Training batches are time-ordered chunks from :class:`OnPolicyHelper`
+    (``segment_end`` marks where each agent's chunk or episode ends)::
+
+        algo = A2C(lambda: CartPoleActorCritic(), A2CConfig(lr=1e-3))
+        task = ComputationTask("RL", algorithm=algo)
+
+    ``learn`` reports ``loss``, ``policy_loss``, ``value_loss``, ``entropy``
+    and per sample ``advantage``.
+    """
+
+    def __init__(self, model: Model | ModelFactory, config: A2CConfig | None = None) -> None:
+        super().__init__(model)
+        self.config = config if config is not None else A2CConfig()
+        specs = self.model.action_specs()
+        if len(specs) != 1 or specs[0].shape != () or specs[0].np_dtype.kind not in "iu":
+            raise ValueError(f"A2C needs exactly one scalar integer action field, the model declares {specs}")
+        self.action_name = specs[0].name
+        clip = paddle.nn.ClipGradByGlobalNorm(self.config.max_grad_norm) if self.config.max_grad_norm > 0 else None
+        self.optimizer = paddle.optimizer.Adam(
+            learning_rate=self.config.lr, parameters=self.model.parameters(), grad_clip=clip
+        )
+        self.learn_steps = 0
+
+    def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
+        model.policy(inputs)  # type: ignore[operator]
+        model.value(inputs)  # type: ignore[operator]
+
+    def _value(self, inputs: Tensors) -> paddle.Tensor:
+        v = self.model.value(inputs)  # type: ignore[operator]
+        return v.reshape([-1])
+
+    def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
+        logits = self.model.policy(inputs)  # type: ignore[operator]
+        if explore:
+            probs = paddle.nn.functional.softmax(logits, axis=-1).numpy().astype(np.float64)
+            cum = probs.cumsum(axis=-1)
+            u = np.random.random((probs.shape[0], 1)) * cum[:, -1:]
+            action = (u > cum).sum(axis=-1).clip(max=probs.shape[1] - 1)
+        else:
+            action = logits.argmax(axis=-1).numpy()
+        return Prediction(actions={self.action_name: action.astype(np.int64)})
+
+    def advantages(self, batch: TrainingBatch) -> tuple[paddle.Tensor, np.ndarray, np.ndarray]:
+        """Values, GAE advantages and value targets of a batch (no gradient through the targets)."""
+        c = self.config
+        reward = next(iter(batch.rewards.values())).reshape([-1])
+        v_t = self._value(batch.inputs)
+        with paddle.no_grad():
+            v_tp1 = self._value(batch.next_inputs)
+            delta = reward + c.gamma * (1.0 - batch.terminal) * v_tp1 - v_t.detach()
+        seg = batch.segment_end.numpy() if batch.segment_end is not None else np.ones(delta.shape[0], np.float32)
+        adv = gae_advantages(delta.numpy(), seg, c.gamma, c.gae_lambda)
+        returns = adv + v_t.detach().numpy()
+        return v_t, adv, returns
+
+    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
+        c = self.config
+        v_t, adv, returns = self.advantages(batch)
+        adv_used = (adv - adv.mean()) / (adv.std() + 1e-8) if c.normalize_advantages and adv.size > 1 else adv
+        logits = self.model.policy(batch.inputs)  # type: ignore[operator]
+        logp = categorical_log_prob(logits, batch.actions[self.action_name])
+        entropy = categorical_entropy(logits).mean()
+        policy_loss = -(logp * paddle.to_tensor(adv_used)).mean()
+        value_loss = ((v_t - paddle.to_tensor(returns)) ** 2).mean()
+        loss = policy_loss + c.value_coef * value_loss - c.entropy_coef * entropy
+        self.apply_gradients(loss, self.optimizer)
+        self.learn_steps += 1
+        return {
+            "loss": loss.detach(),
+            "policy_loss": policy_loss.detach(),
+            "value_loss": value_loss.detach(),
+            "entropy": entropy.detach(),
+            "advantage": paddle.to_tensor(adv),
+        }

@@ -1,0 +1,302 @@
+"""Manager: builds tasks, wrappers and agents, runs them, reports and stops cleanly."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+from parl.framework.agent import Agent
+from parl.framework.agent_helper import AgentHelper
+from parl.framework.algorithm import Algorithm
+from parl.framework.communicator import Communicator
+from parl.framework.computation_task import ComputationTask
+from parl.framework.computation_wrapper import BatchStats, ComputationWrapper, WrapperConfig
+from parl.framework.errors import AgentError
+from parl.runtimes.base import AgentRuntime
+from parl.runtimes.control import AgentFailure, AgentSlot, RunControl
+from parl.runtimes.coroutines import CoroutineRuntime
+from parl.runtimes.threads import ThreadRuntime
+
+__all__ = ["Manager", "ManagerConfig", "TaskConfig", "RunReport", "Runtime", "AgentFactory", "HelperFactory"]
+
+logger = logging.getLogger(__name__)
+
+
+class Runtime(str, enum.Enum):
+    """Where agents run."""
+
+    THREADS = "threads"
+    """One OS thread per agent (the literal design)."""
+    COROUTINES = "coroutines"
+    """Many agents per thread as greenlets, predictions batched in place (fastest in one process)."""
+
+
+class HelperFactory(Protocol):
+    """Builds one agent's helper for a task: ``helper_class(name, comm, config)`` fits."""
+
+    def __call__(self, name: str, comm: Communicator) -> AgentHelper: ...
+
+
+class AgentFactory(Protocol):
+    """Builds one agent: an :class:`Agent` subclass itself fits."""
+
+    def __call__(self, agent_id: int, env: gym.Env | None, helpers: Mapping[str, AgentHelper]) -> Agent: ...
+
+
+@dataclass
+class TaskConfig:
+    """One ComputationTask of every agent, and how agents reach it.
+
+    Attributes:
+        name: the task name; agents find their helper as ``self.helpers[name]``.
+        algorithm: an Algorithm (shared with any other task given the same
+            object), an algorithm factory (fresh parameters), or a ready
+            ComputationTask.
+        helper: the helper class (or any ``(name, comm) -> AgentHelper`` callable).
+        helper_config: passed as the third argument of ``helper`` when not None.
+        wrapper: batching limits of this task's ComputationWrapper.
+    """
+
+    name: str
+    algorithm: Algorithm | Callable[[], Algorithm] | ComputationTask
+    helper: Callable[..., AgentHelper]
+    helper_config: Any = None
+    wrapper: WrapperConfig = field(default_factory=WrapperConfig)
+
+
+@dataclass
+class ManagerConfig:
+    """Settings of a :class:`Manager` run."""
+
+    num_agents: int = 4
+    """Agents run in parallel."""
+    runtime: Runtime | str = Runtime.COROUTINES
+    """Where agents run: ``"coroutines"`` (many per thread) or ``"threads"`` (one thread each)."""
+    num_threads: int = 1
+    """Hub threads of the coroutine runtime."""
+    max_episodes: int | None = None
+    """Stop after this many episodes in total."""
+    max_steps: int | None = None
+    """Stop after this many env steps in total (checked when episodes end)."""
+    max_seconds: float | None = None
+    """Stop after this much wall time."""
+    restart_failed_agents: bool = False
+    """Rebuild an agent (new env, new helpers) when it raises, instead of failing the run."""
+    max_restarts: int = 10
+    """Restarts allowed in one run before a failure ends it."""
+    stop_timeout_s: float = 2.0
+    """Time ``stop()`` may take to end every thread."""
+    seed: int = 0
+    """Agent ``i`` resets its env with seed ``seed + i`` on its first episode."""
+    poll_s: float = 0.01
+    """How often ``run`` checks stop conditions."""
+
+    def __post_init__(self) -> None:
+        if self.num_agents < 1:
+            raise ValueError(f"ManagerConfig.num_agents must be >= 1, got {self.num_agents}")
+        try:
+            self.runtime = Runtime(self.runtime)
+        except ValueError:
+            raise ValueError(
+                f"ManagerConfig.runtime must be one of {[r.value for r in Runtime]}, got {self.runtime!r}"
+            ) from None
+        if self.num_threads < 1:
+            raise ValueError(f"ManagerConfig.num_threads must be >= 1, got {self.num_threads}")
+
+
+@dataclass
+class RunReport:
+    """What a run did."""
+
+    episodes: int
+    steps: int
+    seconds: float
+    returns: dict[int, list[float]]
+    """Episode returns per agent, in order."""
+    lengths: dict[int, list[int]]
+    """Episode lengths (env steps) per agent."""
+    prediction_stats: dict[str, BatchStats]
+    training_stats: dict[str, BatchStats]
+    last_metrics: dict[str, dict[str, float]]
+    failures: list[AgentFailure]
+    restarts: int
+
+    @property
+    def all_returns(self) -> list[float]:
+        """Every episode return of every agent."""
+        return [r for rs in self.returns.values() for r in rs]
+
+    @property
+    def total_return(self) -> float:
+        """Sum of all episode returns."""
+        return float(sum(self.all_returns))
+
+    def mean_return(self, last: int | None = None) -> float:
+        """Mean return over all episodes, or over each agent's ``last`` episodes."""
+        rs = self.all_returns if last is None else [r for v in self.returns.values() for r in v[-last:]]
+        return float(np.mean(rs)) if rs else float("nan")
+
+    @property
+    def steps_per_second(self) -> float:
+        """Env steps per wall-clock second."""
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+
+class Manager:
+    """Builds tasks, wrappers and N agents; runs them until a budget or condition; stops cleanly.
+
+    Example::
+
+        tasks = [TaskConfig("RL", algorithm=algo_func, helper=OnPolicyHelper,
+                            helper_config=OnPolicyConfig(sample_interval=8))]
+        manager = Manager(tasks, CartPoleAgent, lambda i: gym.make("CartPole-v1"),
+                          ManagerConfig(num_agents=16, max_episodes=200))
+        report = manager.run()                 # raises AgentError if an agent fails
+        report.mean_return(last=5), report.prediction_stats["RL"].mean_batch
+        manager.tasks["RL"].save("rl.ckpt")
+
+    Where agents run is the manager's choice (``ManagerConfig.runtime``);
+    the agent class does not change. ``run`` always stops every thread it
+    started before returning or raising.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[TaskConfig],
+        agent_factory: AgentFactory | Callable[..., Agent],
+        make_env: Callable[[int], gym.Env] | None,
+        config: ManagerConfig | None = None,
+    ) -> None:
+        self.config = config if config is not None else ManagerConfig()
+        if not tasks:
+            raise ValueError("a Manager needs at least one TaskConfig")
+        names = [t.name for t in tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"task names must be unique, got {names}")
+        self.task_configs = list(tasks)
+        self.agent_factory = agent_factory
+        self.make_env = make_env
+        self.tasks: dict[str, ComputationTask] = {}
+        self.wrappers: dict[str, ComputationWrapper] = {}
+        for tc in tasks:
+            task = tc.algorithm if isinstance(tc.algorithm, ComputationTask) else ComputationTask(tc.name, tc.algorithm)
+            if task.name != tc.name:
+                raise ValueError(f"TaskConfig {tc.name!r} was given a ComputationTask named {task.name!r}")
+            self.tasks[tc.name] = task
+        self.runtime: AgentRuntime | None = None
+        self.control: RunControl | None = None
+        self.slots: list[AgentSlot] = []
+        self._running = False
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------- building
+    def _make_runtime(self) -> AgentRuntime:
+        if self.config.runtime == Runtime.THREADS:
+            return ThreadRuntime()
+        return CoroutineRuntime(self.config.num_threads)
+
+    def _build_agent(self, agent_id: int, runtime: AgentRuntime) -> Agent:
+        helpers: dict[str, AgentHelper] = {}
+        for tc in self.task_configs:
+            comm = runtime.communicator(self.wrappers[tc.name], agent_id)
+            if tc.helper_config is None:
+                helpers[tc.name] = tc.helper(tc.name, comm)
+            else:
+                helpers[tc.name] = tc.helper(tc.name, comm, tc.helper_config)
+        env = self.make_env(agent_id) if self.make_env is not None else None
+        agent = self.agent_factory(agent_id, env, helpers)
+        if not isinstance(agent, Agent):
+            raise TypeError(f"the agent factory must return a parl.Agent, got {type(agent).__name__}")
+        if agent.seed is None:
+            agent.seed = self.config.seed + agent_id
+        return agent
+
+    # -------------------------------------------------------------- running
+    def run(self, stop_when: Callable[[RunControl], bool] | None = None) -> RunReport:
+        """Run every agent until a budget in the config is used up, ``stop_when`` returns True,
+        or an agent fails. Returns the report, or raises :class:`AgentError` after stopping."""
+        c = self.config
+        with self._lock:
+            if self._running:
+                raise RuntimeError("this Manager is already running")
+            self._running = True
+        if c.max_episodes is None and c.max_steps is None and c.max_seconds is None and stop_when is None:
+            raise ValueError("Manager.run needs a budget (max_episodes, max_steps, max_seconds) or stop_when")
+        runtime = self._make_runtime()
+        self.runtime = runtime
+        control = RunControl(
+            c.num_agents, c.max_episodes, c.max_steps, c.max_seconds, c.restart_failed_agents, c.max_restarts
+        )
+        self.control = control
+        start = time.monotonic()
+        try:
+            for tc in self.task_configs:
+                wrapper = ComputationWrapper(self.tasks[tc.name], tc.wrapper)
+                wrapper.serve_predictions_in_thread = not runtime.serves_predictions
+                self.wrappers[tc.name] = wrapper
+            self.slots = [
+                AgentSlot(i, lambda i=i: self._build_agent(i, runtime)) for i in range(c.num_agents)  # type: ignore[misc]
+            ]
+            for slot in self.slots:
+                slot.get()
+            for w in self.wrappers.values():
+                w.start()
+            runtime.start(self.slots, control)
+            while runtime.alive():
+                if control.wait(c.poll_s):
+                    break
+                if stop_when is not None and stop_when(control):
+                    break
+                if any(w.error is not None for w in self.wrappers.values()):
+                    break
+            control.request_stop()
+        finally:
+            self.stop()
+            self._running = False
+        seconds = time.monotonic() - start
+        dead = [w for w in self.wrappers.values() if w.error is not None]
+        if control.fatal is not None:
+            f = control.fatal
+            raise AgentError(f.agent_id, f.error, f.traceback_text) from f.error
+        if dead:
+            w = dead[0]
+            raise AgentError(-1, w.error, "", task=w.task.name) from w.error  # type: ignore[arg-type]
+        return RunReport(
+            episodes=control.episodes,
+            steps=control.steps,
+            seconds=seconds,
+            returns={k: list(v) for k, v in control.returns.items()},
+            lengths={k: list(v) for k, v in control.lengths.items()},
+            prediction_stats={k: w.prediction_stats for k, w in self.wrappers.items()},
+            training_stats={k: w.training_stats for k, w in self.wrappers.items()},
+            last_metrics={k: dict(w.last_metrics) for k, w in self.wrappers.items()},
+            failures=list(control.failures),
+            restarts=control.restarts,
+        )
+
+    def stop(self) -> None:
+        """Stop agents and wrappers; every thread started by this manager ends within the stop timeout."""
+        deadline = time.monotonic() + self.config.stop_timeout_s
+        if self.control is not None:
+            self.control.request_stop()
+        for w in self.wrappers.values():
+            w.stop(timeout=max(0.05, (deadline - time.monotonic()) / 2))
+        leaked: list[str] = []
+        if self.runtime is not None:
+            leaked = self.runtime.stop(max(0.05, deadline - time.monotonic()))
+        for slot in self.slots:
+            if slot.agent is not None:
+                try:
+                    slot.agent.close()
+                except Exception:  # noqa: BLE001 - closing a broken env must not hide the run's outcome
+                    logger.debug("closing agent %d failed", slot.agent_id, exc_info=True)
+        if leaked:
+            logger.warning("threads still running after stop (blocked in an env?): %s", leaked)

@@ -1,0 +1,164 @@
+"""RunControl: the shared state of a run (stop flag, counters, failures), used by every runtime."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from parl.framework.agent import Agent
+from parl.framework.errors import RunStopped, WrapperError
+
+__all__ = ["RunControl", "AgentFailure", "AgentSlot", "run_agent_loop"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AgentFailure:
+    """One failure of one agent."""
+
+    agent_id: int
+    error: BaseException
+    traceback_text: str
+    restarted: bool
+
+
+@dataclass
+class RunControl:
+    """Counters and stop conditions shared by the agents of a run (thread-safe)."""
+
+    num_agents: int
+    max_episodes: int | None = None
+    max_steps: int | None = None
+    max_seconds: float | None = None
+    restart_failed_agents: bool = False
+    max_restarts: int = 10
+    episodes: int = 0
+    steps: int = 0
+    returns: dict[int, list[float]] = field(default_factory=dict)
+    lengths: dict[int, list[int]] = field(default_factory=dict)
+    failures: list[AgentFailure] = field(default_factory=list)
+    restarts: int = 0
+    fatal: AgentFailure | None = None
+    started_at: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.returns = {i: [] for i in range(self.num_agents)}
+        self.lengths = {i: [] for i in range(self.num_agents)}
+
+    def request_stop(self) -> None:
+        """Ask every agent to stop after its current episode (or its current wait)."""
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether a stop has been requested."""
+        return self._stop.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until a stop is requested or ``timeout`` passes; True if stopping."""
+        return self._stop.wait(timeout)
+
+    def budget_reached(self) -> bool:
+        """Whether the episode, step or time budget is used up."""
+        if self.max_episodes is not None and self.episodes >= self.max_episodes:
+            return True
+        if self.max_steps is not None and self.steps >= self.max_steps:
+            return True
+        return self.max_seconds is not None and time.monotonic() - self.started_at >= self.max_seconds
+
+    def should_stop(self) -> bool:
+        """Whether an agent should start no new episode."""
+        return self._stop.is_set() or self.budget_reached()
+
+    def episode_done(self, agent_id: int, episode_return: float, steps: int) -> None:
+        """Record one finished episode."""
+        with self._lock:
+            self.episodes += 1
+            self.steps += steps
+            self.returns[agent_id].append(episode_return)
+            self.lengths[agent_id].append(steps)
+        if self.budget_reached():
+            self._stop.set()
+
+    def agent_failed(self, agent_id: int, error: BaseException, tb: str) -> bool:
+        """Record a failure; return True if the agent should be restarted."""
+        with self._lock:
+            restart = self.restart_failed_agents and self.restarts < self.max_restarts and not self._stop.is_set()
+            failure = AgentFailure(agent_id, error, tb, restart)
+            self.failures.append(failure)
+            if restart:
+                self.restarts += 1
+            elif self.fatal is None and not self._stop.is_set():
+                self.fatal = failure
+        if restart:
+            logger.warning("agent %d failed and is restarted (%d so far): %s", agent_id, self.restarts, error)
+        else:
+            logger.error("agent %d failed: %s\n%s", agent_id, error, tb)
+            self._stop.set()
+        return restart
+
+
+@dataclass
+class AgentSlot:
+    """One agent of a run and how to rebuild it after a failure."""
+
+    agent_id: int
+    build: Callable[[], Agent]
+    agent: Agent | None = None
+
+    def get(self) -> Agent:
+        """The current agent, built on first use."""
+        if self.agent is None:
+            self.agent = self.build()
+        return self.agent
+
+    def rebuild(self) -> Agent:
+        """Close the current agent and build a new one (new env and helpers)."""
+        if self.agent is not None:
+            try:
+                self.agent.close()
+            except Exception:  # noqa: BLE001 - the old env may be broken; that is why we rebuild
+                logger.debug("closing agent %d failed", self.agent_id, exc_info=True)
+        self.agent = self.build()
+        return self.agent
+
+
+def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
+    """Run episodes of one agent until the run stops; report failures to ``control``.
+
+    Every runtime calls this, in a thread or in a coroutine, so an agent
+    behaves the same everywhere.
+    """
+    while not control.should_stop():
+        try:
+            agent = slot.get()
+            agent.begin_episode()
+            ret = agent.run_one_episode()
+            episode_return = float(agent.episode_return if ret is None else ret)
+            agent.episodes += 1
+            control.episode_done(slot.agent_id, episode_return, agent.episode_steps)
+        except RunStopped:
+            return
+        except WrapperError as exc:
+            if control.stop_requested:
+                return
+            control.agent_failed(slot.agent_id, exc, traceback.format_exc())
+            return
+        except Exception as exc:  # noqa: BLE001 - reported with the traceback
+            if control.stop_requested and isinstance(exc, RunStopped):
+                return
+            if not control.agent_failed(slot.agent_id, exc, traceback.format_exc()):
+                return
+            try:
+                slot.rebuild()
+            except Exception as rebuild_exc:  # noqa: BLE001
+                control.restart_failed_agents = False
+                control.agent_failed(slot.agent_id, rebuild_exc, traceback.format_exc())
+                return

@@ -1,0 +1,49 @@
+"""The literal runtime of the design: one OS thread per agent."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+from parl.framework.communicator import Communicator, ThreadReturnQueue
+from parl.framework.computation_wrapper import ComputationWrapper
+from parl.runtimes.control import AgentSlot, RunControl, run_agent_loop
+
+__all__ = ["ThreadRuntime"]
+
+
+class ThreadRuntime:
+    """Runs each agent in its own thread; the wrappers' threads batch their requests.
+
+    Simple and general (an agent may block anywhere), but every prediction
+    costs two thread hand-offs, so it tops out well below a vector loop::
+
+        manager = Manager(tasks, MyAgent, make_env, ManagerConfig(runtime="threads"))
+    """
+
+    name = "threads"
+    serves_predictions = False
+
+    def __init__(self) -> None:
+        self._threads: list[threading.Thread] = []
+
+    def communicator(self, wrapper: ComputationWrapper, agent_id: int) -> Communicator:
+        return wrapper.create_communicator(agent_id, ThreadReturnQueue)
+
+    def start(self, slots: Sequence[AgentSlot], control: RunControl) -> None:
+        for slot in slots:
+            t = threading.Thread(
+                target=run_agent_loop, args=(slot, control), name=f"parl-agent-{slot.agent_id}", daemon=True
+            )
+            self._threads.append(t)
+            t.start()
+
+    def alive(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def stop(self, timeout: float) -> list[str]:
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return [t.name for t in self._threads if t.is_alive()]

@@ -1,0 +1,324 @@
+"""Bad feeds raise SpecError (a ValueError) naming the task, the field, what was expected and what came."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+import paddle
+import pytest
+from computation_helpers import Regression, TinyQ, make_batch
+
+import parl
+from parl import ComputationTask, FieldSpec, SpecError, layers
+from parl.data.specs import check_fields, zeros_for
+
+
+def _exact(text: str) -> str:
+    return re.escape(text)
+
+
+@pytest.fixture(scope="module")
+def task() -> ComputationTask:
+    return ComputationTask("RL", algorithm=Regression(lambda: TinyQ(hidden=4)))
+
+
+def _obs(n: int = 8) -> np.ndarray:
+    return np.random.default_rng(0).normal(size=(n, 4)).astype(np.float32)
+
+
+# ------------------------------------------------------------------ predict
+def test_spec_error_is_a_value_error() -> None:
+    assert issubclass(SpecError, ValueError)
+
+
+def test_predict_wrong_shape(task: ComputationTask) -> None:
+    with pytest.raises(SpecError, match=_exact("task 'RL', inputs field 'obs': expected shape (B, 4), got (8, 5)")):
+        task.predict({"obs": np.zeros((8, 5), np.float32)})
+
+
+def test_predict_missing_batch_axis_is_not_broadcast(task: ComputationTask) -> None:
+    with pytest.raises(SpecError, match=_exact("inputs field 'obs': expected shape (B, 4), got (4,)")):
+        task.predict({"obs": np.zeros(4, np.float32)})
+
+
+def test_predict_int_observation_for_float_spec(task: ComputationTask) -> None:
+    msg = "task 'RL', inputs field 'obs': expected dtype float32, got int64; convert it with .astype('float32')"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        task.predict({"obs": np.zeros((8, 4), np.int64)})
+
+
+def test_predict_non_numeric_data(task: ComputationTask) -> None:
+    with pytest.raises(SpecError, match=_exact("inputs field 'obs': expected dtype float32, got <U1 (not a numeric")):
+        task.predict({"obs": np.full((8, 4), "a")})
+
+
+def test_predict_missing_field(task: ComputationTask) -> None:
+    msg = "task 'RL', inputs: missing field(s) ['obs']; expected exactly ['obs'], got []"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        task.predict({})
+    msg = (
+        "task 'RL', inputs: missing field(s) ['obs'] and unexpected field(s) ['observation']; "
+        "expected exactly ['obs'], got ['observation']"
+    )
+    with pytest.raises(SpecError, match=_exact(msg)):
+        task.predict({"observation": _obs()})
+
+
+def test_predict_extra_field(task: ComputationTask) -> None:
+    msg = "task 'RL', inputs: unexpected field(s) ['junk']; expected exactly ['obs'], got ['junk', 'obs']"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        task.predict({"obs": _obs(), "junk": _obs()})
+
+
+def test_predict_nan_is_rejected(task: ComputationTask) -> None:
+    obs = _obs()
+    obs[3, 1] = np.nan
+    with pytest.raises(SpecError, match=_exact("task 'RL', inputs field 'obs': contains NaN or inf")):
+        task.predict({"obs": obs})
+    obs[3, 1] = np.inf
+    with pytest.raises(SpecError, match="allow_nan=False"):
+        task.predict({"obs": obs})
+
+
+def test_predict_float64_is_accepted_as_float32(task: ComputationTask) -> None:
+    obs = _obs()
+    expected = task.predict({"obs": obs}, explore=False).extras["q"]
+    got = task.predict({"obs": obs.astype(np.float64)}, explore=False).extras["q"]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_predict_a_non_dict(task: ComputationTask) -> None:
+    with pytest.raises(SpecError, match=_exact("task 'RL': inputs must be a dict of arrays keyed by field name, got")):
+        task.predict(_obs())  # type: ignore[arg-type]
+
+
+def test_predict_states_for_a_feed_forward_model(task: ComputationTask) -> None:
+    with pytest.raises(SpecError, match=_exact("task 'RL', states: unexpected field(s) ['h']")):
+        task.predict({"obs": _obs()}, states={"h": np.zeros((8, 3), np.float32)})
+
+
+class _TwoInputs(parl.Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = layers.fc(size=2)
+
+    def input_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("obs", (4,), "float32"), FieldSpec("goal", (2,), "float32")]
+
+    def action_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("action", (), "int64")]
+
+    def value(self, inputs):  # type: ignore[no-untyped-def]
+        return self.fc(paddle.concat([inputs["obs"], inputs["goal"]], axis=-1))
+
+
+def test_predict_mismatched_batch_sizes_between_fields() -> None:
+    task = ComputationTask("goal_task", algorithm=Regression(_TwoInputs()))
+    ok = task.predict({"obs": _obs(8), "goal": np.zeros((8, 2), np.float32)})
+    assert ok.actions["action"].shape == (8,)
+    msg = "task 'goal_task', inputs field 'goal': expected shape (8, 2), got (7, 2)"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        task.predict({"obs": _obs(8), "goal": np.zeros((7, 2), np.float32)})
+
+
+# -------------------------------------------------------------------- learn
+def _batch(**changes: object) -> parl.TrainingBatch:
+    return replace(make_batch(np.random.default_rng(1), n=8), **changes)  # type: ignore[arg-type]
+
+
+def test_learn_accepts_a_valid_batch(task: ComputationTask) -> None:
+    result = task.learn(_batch())
+    assert np.isfinite(result.metrics["loss"])
+    assert result.per_sample["error"].shape == (8,)
+
+
+def test_learn_wrong_shape(task: ComputationTask) -> None:
+    msg = "task 'RL', next_inputs field 'obs': expected shape (8, 4), got (8, 3)"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        task.learn(_batch(next_inputs={"obs": np.zeros((8, 3), np.float32)}))
+
+
+def test_learn_float_action_for_int64_spec(task: ComputationTask) -> None:
+    msg = "task 'RL', actions field 'action': expected dtype int64, got float64; convert it with .astype('int64')"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        task.learn(_batch(actions={"action": np.zeros(8)}))
+
+
+def test_learn_int_observation_for_float_spec(task: ComputationTask) -> None:
+    with pytest.raises(SpecError, match=_exact("task 'RL', inputs field 'obs': expected dtype float32, got int64")):
+        task.learn(_batch(inputs={"obs": np.zeros((8, 4), np.int64)}))
+
+
+def test_learn_missing_field(task: ComputationTask) -> None:
+    msg = "task 'RL', rewards: missing field(s) ['reward']; expected exactly ['reward'], got []"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        task.learn(_batch(rewards={}))
+
+
+def test_learn_extra_field(task: ComputationTask) -> None:
+    msg = "task 'RL', actions: unexpected field(s) ['logp']; expected exactly ['action'], got ['action', 'logp']"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        task.learn(_batch(actions={"action": np.zeros(8, np.int64), "logp": np.zeros(8, np.float32)}))
+
+
+def test_learn_nan_reward(task: ComputationTask) -> None:
+    reward = np.ones(8, np.float32)
+    reward[5] = np.nan
+    with pytest.raises(SpecError, match=_exact("task 'RL', rewards field 'reward': contains NaN or inf")):
+        task.learn(_batch(rewards={"reward": reward}))
+
+
+def test_learn_mismatched_batch_sizes(task: ComputationTask) -> None:
+    with pytest.raises(SpecError, match=_exact("task 'RL', rewards field 'reward': expected shape (8,), got (7,)")):
+        task.learn(_batch(rewards={"reward": np.zeros(7, np.float32)}))
+    with pytest.raises(SpecError, match=_exact("task 'RL', batch field 'terminal': expected shape (8,), got (9,)")):
+        task.learn(_batch(terminal=np.zeros(9, bool)))
+    with pytest.raises(SpecError, match=_exact("task 'RL', actions field 'action': expected shape (8,), got (8, 1)")):
+        task.learn(_batch(actions={"action": np.zeros((8, 1), np.int64)}))
+
+
+def test_learn_float_terminal_flags(task: ComputationTask) -> None:
+    with pytest.raises(SpecError, match=_exact("task 'RL', batch field 'terminal': expected dtype bool, got float64")):
+        task.learn(_batch(terminal=np.zeros(8)))
+
+
+def test_learn_float64_is_accepted_as_float32(task: ComputationTask) -> None:
+    b = _batch()
+    b64 = replace(
+        b,
+        inputs={"obs": b.inputs["obs"].astype(np.float64)},
+        rewards={"reward": b.rewards["reward"].astype(np.float64)},
+    )
+    checked = task.check_batch(b64)
+    assert checked.inputs["obs"].dtype == np.float32
+    assert checked.rewards["reward"].dtype == np.float32
+    np.testing.assert_array_equal(checked.inputs["obs"], b.inputs["obs"])
+    assert np.isfinite(task.learn(b64).metrics["loss"])
+
+
+def test_learn_unsigned_actions_are_accepted(task: ComputationTask) -> None:
+    checked = task.check_batch(_batch(actions={"action": np.ones(8, np.uint8)}))
+    assert checked.actions["action"].dtype == np.int64
+
+
+def test_learn_needs_a_training_batch(task: ComputationTask) -> None:
+    with pytest.raises(SpecError, match=_exact("task 'RL': learn expects a TrainingBatch, got dict")):
+        task.learn({"inputs": {}})  # type: ignore[arg-type]
+
+
+def test_learn_empty_batch(task: ComputationTask) -> None:
+    empty = parl.TrainingBatch(
+        inputs={"obs": np.zeros((0, 4), np.float32)},
+        actions={"action": np.zeros(0, np.int64)},
+        rewards={"reward": np.zeros(0, np.float32)},
+        next_inputs={"obs": np.zeros((0, 4), np.float32)},
+        terminal=np.zeros(0, bool),
+    )
+    with pytest.raises(SpecError, match="a training batch must have at least one sample, got 0"):
+        task.learn(empty)
+
+
+def test_check_batch_names_the_agent(task: ComputationTask) -> None:
+    msg = "agent 3, task 'RL', inputs field 'obs': expected shape (B, 4), got (8, 2)"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        task.check_batch(_batch(inputs={"obs": np.zeros((8, 2), np.float32)}), agent_id=3)
+
+
+# ---------------------------------------------------------------- recurrent
+class _Recurrent(parl.Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = layers.gru_cell(hidden_size=3)
+        self.q = layers.fc(size=2)
+
+    def input_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("obs", (4,), "float32")]
+
+    def state_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("h", (3,), "float32")]
+
+    def action_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("action", (), "int64")]
+
+    def step(self, inputs, states):  # type: ignore[no-untyped-def]
+        h = self.cell(inputs["obs"], states["h"])
+        return self.q(h), h
+
+
+class _RecurrentGreedy(parl.Algorithm):
+    def warm_up(self, model, inputs, states) -> None:  # type: ignore[no-untyped-def]
+        model.step(inputs, states)
+
+    def predict(self, inputs, states, explore) -> parl.Prediction:  # type: ignore[no-untyped-def]
+        q, h = self.model.step(inputs, states)  # type: ignore[operator]
+        return parl.Prediction(actions={"action": q.argmax(axis=-1)}, states={"h": h})
+
+
+@pytest.fixture(scope="module")
+def recurrent_task() -> ComputationTask:
+    return ComputationTask("memory", algorithm=_RecurrentGreedy(_Recurrent))
+
+
+def test_recurrent_model_without_states_raises(recurrent_task: ComputationTask) -> None:
+    msg = "task 'memory': the model declares recurrent states ['h']; pass states (task.initial_states(B) to start)"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        recurrent_task.predict({"obs": _obs(2)})
+
+
+def test_recurrent_model_carries_its_states(recurrent_task: ComputationTask) -> None:
+    states = recurrent_task.initial_states(2)
+    assert states["h"].shape == (2, 3) and not states["h"].any()
+    pred = recurrent_task.predict({"obs": _obs(2)}, states)
+    assert pred.states["h"].shape == (2, 3) and pred.states["h"].any()
+    assert pred.actions["action"].dtype == np.int64
+
+
+def test_recurrent_states_with_the_wrong_batch_size(recurrent_task: ComputationTask) -> None:
+    msg = "task 'memory', states field 'h': expected shape (2, 3), got (5, 3)"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        recurrent_task.predict({"obs": _obs(2)}, recurrent_task.initial_states(5))
+
+
+# ----------------------------------------------------------- check_fields
+def test_check_fields_unbatched_and_agent_id() -> None:
+    specs = [FieldSpec("obs", (4,), "float32")]
+    out = check_fields({"obs": [0, 1, 2, 3.5]}, specs, task="T", group="inputs", batched=False)
+    assert out["obs"].dtype == np.float32 and out["obs"].shape == (4,)
+    msg = "agent 7, task 'T', inputs field 'obs': expected shape (4,), got (1, 4)"
+    with pytest.raises(SpecError, match=_exact(msg)):
+        check_fields({"obs": np.zeros((1, 4))}, specs, task="T", group="inputs", batched=False, agent_id=7)
+
+
+def test_allow_nan_fields_accept_nan() -> None:
+    specs = [FieldSpec("mask", (2,), "float32", allow_nan=True)]
+    out = check_fields({"mask": np.full((3, 2), np.nan)}, specs, task="T", group="extras")
+    assert np.isnan(out["mask"]).all()
+
+
+def test_bool_and_int_kinds_do_not_mix() -> None:
+    flags = [FieldSpec("done", (), "bool")]
+    with pytest.raises(SpecError, match="expected dtype bool, got int64"):
+        check_fields({"done": np.zeros(3, np.int64)}, flags, task="T", group="batch")
+    ints = [FieldSpec("a", (), "int64")]
+    with pytest.raises(SpecError, match="expected dtype int64, got bool"):
+        check_fields({"a": np.zeros(3, bool)}, ints, task="T", group="actions")
+
+
+def test_field_spec_validation() -> None:
+    assert FieldSpec("x", [2, 3], "float").shape == (2, 3)  # type: ignore[arg-type]
+    assert FieldSpec("x", (2,), "float").dtype == "float64"
+    with pytest.raises(ValueError, match="every dimension must be positive"):
+        FieldSpec("x", (0, 3))
+    with pytest.raises(ValueError, match="unknown dtype 'floaty'"):
+        FieldSpec("x", (2,), "floaty")
+    with pytest.raises(ValueError, match="non-empty string"):
+        FieldSpec("", (2,))
+
+
+def test_zeros_for_builds_a_batch_of_zeros() -> None:
+    z = zeros_for([FieldSpec("h", (3,), "float32"), FieldSpec("n", (), "int64")], 4)
+    assert z["h"].shape == (4, 3) and z["h"].dtype == np.float32
+    assert z["n"].shape == (4,) and z["n"].dtype == np.int64
