@@ -6,6 +6,7 @@ import os
 import random
 import re
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ import pytest
 from computation_helpers import Regression, TinyQ, make_batch, params_of, q_values
 
 from parl import DQN, ComputationTask, DQNConfig, create_algorithm_func
+from parl.utils.atomic import atomic_write
 
 TESTS_DIR = Path(__file__).resolve().parent
 TMP_NAME = re.compile(r"^\.task\.ckpt\..+\.tmp$")
@@ -143,6 +145,18 @@ def test_a_save_whose_write_raises_leaves_the_previous_file_intact(
     fresh = ComputationTask("RL", algorithm=Regression(TinyQ(hidden=5)))
     fresh.load(path)
     np.testing.assert_array_equal(q_values(fresh, obs), saved_q)
+
+
+def test_atomic_write_replaces_whole_files_with_the_usual_mode(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"x")
+    target = tmp_path / "target.bin"
+    atomic_write(target, lambda tmp: Path(tmp).write_bytes(b"first"))
+    atomic_write(target, lambda tmp: Path(tmp).write_bytes(b"second"))
+    assert target.read_bytes() == b"second"
+    assert sorted(os.listdir(tmp_path)) == ["plain", "target.bin"]
+    # not the 0600 of tempfile.mkstemp: a checkpoint is as readable as any file the process writes
+    assert stat.S_IMODE(target.stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
 
 
 # --------------------------------------------------- killed in the middle of a save

@@ -87,7 +87,8 @@ class AgentHelper:
         self.reward_specs: list[FieldSpec] = task.reward_specs
         self.extra_specs: list[FieldSpec] = task.extra_learn_specs
         self.states: dict[str, np.ndarray] = zeros_for(self.state_specs, 1)
-        self._pre_states: dict[str, np.ndarray] = self.states
+        # The states used by the latest prediction, until store_data consumes them (None: none pending).
+        self._pre_states: dict[str, np.ndarray] | None = None
         self._prev: dict[str, Any] | None = None
         self.last_prediction: Prediction | None = None
         self.last_learn: LearnResult | None = None
@@ -101,7 +102,7 @@ class AgentHelper:
     def start_episode(self) -> None:
         """Reset the recurrent state and forget the last experience (called by the Agent)."""
         self.states = zeros_for(self.state_specs, 1)
-        self._pre_states = self.states
+        self._pre_states = None
         self._prev = None
 
     # ------------------------------------------------------------ predict
@@ -134,9 +135,13 @@ class AgentHelper:
         """
         game_over = GameOver(int(game_over))
         where = {"task": self.name, "batched": False, "agent_id": self.agent_id}
+        # The states that go with these inputs: those the prediction on them used, or, when there
+        # was no prediction since the last record (the final observation), the current states.
+        states = self._pre_states if self._pre_states is not None else self.states
+        self._pre_states = None
         record: dict[str, Any] = {
             "inputs": check_fields(inputs, self.input_specs, group="inputs", **where),  # type: ignore[arg-type]
-            "states": self._pre_states,
+            "states": states,
             "game_over": game_over,
         }
         if game_over == GameOver.NOT_OVER:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from parl.data.packing import sample_count
 from parl.data.specs import check_fields
-from parl.framework.errors import RunStopped, TaskError
+from parl.framework.errors import RunStopped, TaskError, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
 if TYPE_CHECKING:
@@ -165,5 +165,7 @@ class Communicator:
         if isinstance(item, Failure):
             if isinstance(item.error, RunStopped):
                 raise RunStopped(str(item.error))
+            if isinstance(item.error, WrapperError):
+                raise item.error from item.error.original
             raise TaskError(self.agent_id, self.task_name, item.kind, item.error, item.traceback_text) from item.error
         return item

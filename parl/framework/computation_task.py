@@ -68,7 +68,8 @@ class ComputationTask:
             self.algorithm = made
         else:
             raise TypeError(
-                f"task {name!r}: algorithm must be an Algorithm or a no-argument factory, got {type(algorithm).__name__}"
+                f"task {name!r}: algorithm must be an Algorithm or a no-argument factory, "
+                f"got {type(algorithm).__name__}"
             )
         model = self.algorithm.model
         self.input_specs: list[FieldSpec] = list(model.input_specs())

@@ -42,7 +42,7 @@ class WrapperConfig:
     max_batch_size: int = 1024
     """Most samples in one prediction call; a larger single request is served alone."""
     max_wait_s: float = 0.0005
-    """After the first prediction request, wait at most this long for more before calling the task."""
+    """After the first prediction request, wait at most this long for the other agents' requests."""
     min_train_batch_size: int = 1
     """Fewest samples per learning call, unless ``train_max_wait_s`` passes first."""
     max_train_batch_size: int = 65_536
@@ -183,12 +183,35 @@ class ComputationWrapper:
     def check_alive(self) -> None:
         """Raise if the wrapper has failed or is stopping (called by waiting agents)."""
         if self.error is not None:
-            raise WrapperError(
-                f"task {self.task.name!r}: the wrapper failed with {type(self.error).__name__}: {self.error}\n"
-                f"original traceback:\n{self._error_tb}"
-            ) from self.error
+            raise self.failure_error() from self.error
         if self._stop.is_set():
             raise RunStopped(f"task {self.task.name!r} is stopping")
+
+    def failure_error(self) -> WrapperError:
+        """A new :class:`WrapperError` describing how this wrapper died (call only once it has)."""
+        return WrapperError(
+            f"task {self.task.name!r}: the wrapper failed with {type(self.error).__name__}: {self.error}\n"
+            f"original traceback:\n{self._error_tb}",
+            task=self.task.name,
+            original=self.error,
+            traceback_text=self._error_tb,
+        )
+
+    def fail(
+        self, exc: BaseException, tb: str, items: Sequence[tuple[Communicator, Any]] = (), kind: str = "predict"
+    ) -> None:
+        """Mark the wrapper dead because a loop (or the scheduler serving it) raised ``exc``.
+
+        The requests in ``items`` (taken from a queue but not answered) and every request still
+        queued are answered with a :class:`WrapperError`; later requests raise it too.
+        """
+        if self.error is None:
+            self._error_tb = tb
+            self.error = exc
+            logger.error("wrapper loop of task %r died: %s", self.task.name, tb)
+        for comm, _ in items:
+            self._answer(comm, kind, Failure(self.failure_error(), self._error_tb, kind))
+        self._fail_pending(None, "")
 
     @property
     def running(self) -> bool:
@@ -208,7 +231,11 @@ class ComputationWrapper:
             t.start()
 
     def stop(self, timeout: float = 1.0) -> None:
-        """Stop both loops and answer every request still queued with ``RunStopped``."""
+        """Stop both loops and answer every request still queued with ``RunStopped``.
+
+        The loops notice the stop within ``WrapperConfig.poll_s`` unless they are inside a task
+        call; the threads are joined for at most ``timeout`` seconds.
+        """
         self._stop.set()
         deadline = time.monotonic() + timeout
         for t in self._threads:
@@ -221,30 +248,47 @@ class ComputationWrapper:
             try:
                 loop()
             except BaseException as exc:  # noqa: BLE001 - reported to every waiting agent
-                self._error_tb = traceback.format_exc()
-                self.error = exc
-                logger.error("wrapper loop of task %r died: %s", self.task.name, self._error_tb)
-                self._fail_pending(exc, self._error_tb)
+                self.fail(exc, traceback.format_exc())
 
         return run
 
-    def _fail_pending(self, exc: BaseException, tb: str) -> None:
+    @staticmethod
+    def _answer(comm: Communicator, kind: str, item: Any) -> None:
+        if kind == "predict":
+            comm.put_prediction_return(item)
+        else:
+            comm.put_training_return(item)
+
+    def _fail_pending(self, exc: BaseException | None, tb: str) -> None:
+        """Answer every queued request with ``exc`` (None: this wrapper's WrapperError)."""
         for q, kind in ((self.prediction_q, "predict"), (self.training_q, "learn")):
             while True:
                 try:
                     comm, _ = q.get_nowait()
                 except queue.Empty:
                     break
-                failure = Failure(exc, tb, kind)
-                if kind == "predict":
-                    comm.put_prediction_return(failure)
+                if exc is None:
+                    self._answer(comm, kind, Failure(self.failure_error(), self._error_tb, kind))
                 else:
-                    comm.put_training_return(failure)
+                    self._answer(comm, kind, Failure(exc, tb, kind))
 
     def _collect(
-        self, q: queue.SimpleQueue[Any], carry: list[Any], limit: int, minimum: int, wait_s: float
+        self,
+        q: queue.SimpleQueue[Any],
+        carry: list[Any],
+        limit: int,
+        minimum: int,
+        wait_s: float,
+        linger: bool,
     ) -> list[Any]:
-        """Take requests until ``limit`` samples, or ``minimum`` samples and nothing waiting, or the wait ends."""
+        """Take requests for one call; sizes count samples.
+
+        Takes the carried-over request or waits for one, then everything waiting, up to ``limit``
+        samples (a request that would pass the limit is carried over to the next call). When the
+        queue is empty it waits for more until ``wait_s`` after the first request, but stops
+        waiting as soon as ``minimum`` samples are there unless ``linger`` is set. Waits are cut
+        into ``poll_s`` slices so that a stop is noticed; on a stop the items taken are returned.
+        """
         items: list[Any] = []
         if carry:
             items.append(carry.pop())
@@ -263,42 +307,64 @@ class ComputationWrapper:
             try:
                 item = q.get_nowait()
             except queue.Empty:
+                if samples >= minimum and not linger:
+                    break
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or (samples >= minimum and wait_s == 0):
+                if remaining <= 0 or self._stop.is_set():
                     break
                 try:
-                    item = q.get(timeout=remaining)
+                    item = q.get(timeout=min(remaining, self.config.poll_s))
                 except queue.Empty:
-                    break
+                    continue
             n = _samples(item[1])
             if samples + n > limit:
                 carry.append(item)
                 break
             items.append(item)
             samples += n
-            if samples >= minimum and q.empty() and minimum > 1:
-                break
         return items
+
+    def _requeue(self, q: queue.SimpleQueue[Any], items: Sequence[Any], carry: list[Any]) -> None:
+        """Put requests taken but not served back, for ``stop`` to answer."""
+        for item in list(items) + carry:
+            q.put(item)
+        carry.clear()
 
     def _prediction_loop(self) -> None:
         carry: list[PredictItem] = []
         c = self.config
         while not self._stop.is_set():
-            items = self._collect(self.prediction_q, carry, c.max_batch_size, 1, c.max_wait_s)
+            items = self._collect(self.prediction_q, carry, c.max_batch_size, 1, c.max_wait_s, linger=True)
             if items:
-                self.serve_predictions(items)
+                self._serve_guarded(items, "predict")
+        self._requeue(self.prediction_q, [], carry)
 
     def _training_loop(self) -> None:
         carry: list[TrainItem] = []
         c = self.config
         while not self._stop.is_set():
             items = self._collect(
-                self.training_q, carry, c.max_train_batch_size, c.min_train_batch_size, c.train_max_wait_s
+                self.training_q, carry, c.max_train_batch_size, c.min_train_batch_size, c.train_max_wait_s, False
             )
-            if items:
+            if not items:
+                continue
+            if self._stop.is_set() and _total_samples(items) < c.min_train_batch_size:
+                # Stopping while waiting for more data: do not learn from a partial batch.
+                self._requeue(self.training_q, items, carry)
+                return
+            self._serve_guarded(items, "learn")
+        self._requeue(self.training_q, [], carry)
+
+    def _serve_guarded(self, items: Sequence[Any], kind: str) -> None:
+        """Serve ``items``; if serving itself fails (not the task), answer them and re-raise."""
+        try:
+            if kind == "predict":
+                self.serve_predictions(items)
+            else:
                 self.serve_training(items)
-        if carry:
-            self.training_q.put(carry.pop())
+        except BaseException as exc:
+            self.fail(exc, traceback.format_exc(), items, kind)
+            raise
 
     # -------------------------------------------------------------- serving
     def serve_predictions(self, items: Sequence[PredictItem]) -> None:
@@ -354,3 +420,7 @@ def _samples(request: Any) -> int:
     if isinstance(request, PredictRequest):
         return request.samples
     return int(request.size)
+
+
+def _total_samples(items: Sequence[tuple[Communicator, Any]]) -> int:
+    return sum(_samples(r) for _, r in items)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["TaskError", "AgentError", "RunStopped", "WrapperError"]
 
 
@@ -25,9 +27,31 @@ class TaskError(RuntimeError):
             f"original traceback:\n{traceback_text}"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuild from the constructor's arguments (the default uses the message only), e.g. across processes.
+        return (type(self), (self.agent_id, self.task, self.kind, self.original, self.traceback_text))
+
 
 class WrapperError(RuntimeError):
-    """A ComputationWrapper loop died; every agent waiting on it gets this error."""
+    """A ComputationWrapper loop died; every agent waiting on it gets this error.
+
+    Attributes:
+        task: the name of the wrapper's task (None if unknown).
+        original: the exception that killed the loop (None if unknown).
+        traceback_text: the loop's traceback, formatted.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        task: str | None = None,
+        original: BaseException | None = None,
+        traceback_text: str = "",
+    ) -> None:
+        self.task = task
+        self.original = original
+        self.traceback_text = traceback_text
+        super().__init__(message)
 
 
 class AgentError(RuntimeError):
@@ -49,6 +73,9 @@ class AgentError(RuntimeError):
             f"agent {agent_id}{where} failed with {type(original).__name__}: {original}\n"
             f"original traceback:\n{traceback_text}"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.agent_id, self.original, self.traceback_text, self.task))
 
 
 class RunStopped(Exception):

@@ -19,10 +19,11 @@ from parl.framework.algorithm import Algorithm
 from parl.framework.communicator import Communicator
 from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import BatchStats, ComputationWrapper, WrapperConfig
-from parl.framework.errors import AgentError
+from parl.framework.errors import AgentError, WrapperError
 from parl.runtimes.base import AgentRuntime
 from parl.runtimes.control import AgentFailure, AgentSlot, RunControl
 from parl.runtimes.coroutines import CoroutineRuntime
+from parl.runtimes.processes import ProcessRuntime, RemoteAgentSpec, TaskSpecs
 from parl.runtimes.threads import ThreadRuntime
 
 __all__ = ["Manager", "ManagerConfig", "TaskConfig", "RunReport", "Runtime", "AgentFactory", "HelperFactory"]
@@ -37,6 +38,8 @@ class Runtime(str, enum.Enum):
     """One OS thread per agent (the literal design)."""
     COROUTINES = "coroutines"
     """Many agents per thread as greenlets, predictions batched in place (fastest in one process)."""
+    PROCESSES = "processes"
+    """Agents in worker processes (many per process), tasks in this process; predictions via shared memory."""
 
 
 class HelperFactory(Protocol):
@@ -82,6 +85,10 @@ class ManagerConfig:
     """Where agents run: ``"coroutines"`` (many per thread) or ``"threads"`` (one thread each)."""
     num_threads: int = 1
     """Hub threads of the coroutine runtime."""
+    num_workers: int = 2
+    """Worker processes of the process runtime."""
+    start_method: str = "fork"
+    """How the process runtime starts workers (``fork``, or ``spawn`` with picklable factories)."""
     max_episodes: int | None = None
     """Stop after this many episodes in total."""
     max_steps: int | None = None
@@ -201,6 +208,8 @@ class Manager:
     def _make_runtime(self) -> AgentRuntime:
         if self.config.runtime == Runtime.THREADS:
             return ThreadRuntime()
+        if self.config.runtime == Runtime.PROCESSES:
+            return ProcessRuntime(self.config.num_workers, self.config.start_method)  # type: ignore[return-value]
         return CoroutineRuntime(self.config.num_threads)
 
     def _build_agent(self, agent_id: int, runtime: AgentRuntime) -> Agent:
@@ -224,12 +233,12 @@ class Manager:
         """Run every agent until a budget in the config is used up, ``stop_when`` returns True,
         or an agent fails. Returns the report, or raises :class:`AgentError` after stopping."""
         c = self.config
+        if c.max_episodes is None and c.max_steps is None and c.max_seconds is None and stop_when is None:
+            raise ValueError("Manager.run needs a budget (max_episodes, max_steps, max_seconds) or stop_when")
         with self._lock:
             if self._running:
                 raise RuntimeError("this Manager is already running")
             self._running = True
-        if c.max_episodes is None and c.max_steps is None and c.max_seconds is None and stop_when is None:
-            raise ValueError("Manager.run needs a budget (max_episodes, max_steps, max_seconds) or stop_when")
         runtime = self._make_runtime()
         self.runtime = runtime
         control = RunControl(
@@ -242,16 +251,41 @@ class Manager:
                 wrapper = ComputationWrapper(self.tasks[tc.name], tc.wrapper)
                 wrapper.serve_predictions_in_thread = not runtime.serves_predictions
                 self.wrappers[tc.name] = wrapper
-            self.slots = [
-                AgentSlot(i, lambda i=i: self._build_agent(i, runtime)) for i in range(c.num_agents)  # type: ignore[misc]
-            ]
-            for slot in self.slots:
-                slot.get()
-            for w in self.wrappers.values():
-                w.start()
-            runtime.start(self.slots, control)
+            if isinstance(runtime, ProcessRuntime):
+                # Workers start before any thread of ours, so a forked worker inherits no lock mid-use.
+                spec = RemoteAgentSpec(
+                    tasks=[TaskSpecs.of(self.tasks[tc.name], tc.wrapper) for tc in self.task_configs],
+                    helpers=[(tc.helper, tc.helper_config) for tc in self.task_configs],
+                    agent_factory=self.agent_factory,
+                    make_env=self.make_env,
+                    seed=c.seed,
+                    restart_failed_agents=c.restart_failed_agents,
+                    max_restarts=c.max_restarts,
+                )
+                runtime.start_remote(
+                    [self.tasks[tc.name] for tc in self.task_configs],
+                    [self.wrappers[tc.name] for tc in self.task_configs],
+                    spec,
+                    c.num_agents,
+                    control,
+                )
+                for w in self.wrappers.values():
+                    w.start()
+            else:
+                self.slots = [
+                    AgentSlot(i, lambda i=i: self._build_agent(i, runtime))  # type: ignore[misc]
+                    for i in range(c.num_agents)
+                ]
+                for slot in self.slots:
+                    slot.get()
+                for w in self.wrappers.values():
+                    w.start()
+                runtime.start(self.slots, control)
             while runtime.alive():
                 if control.wait(c.poll_s):
+                    break
+                # The time budget must end a run even when no episode ends (agents blocked in learn).
+                if control.budget_reached():
                     break
                 if stop_when is not None and stop_when(control):
                     break
@@ -263,12 +297,17 @@ class Manager:
             self._running = False
         seconds = time.monotonic() - start
         dead = [w for w in self.wrappers.values() if w.error is not None]
-        if control.fatal is not None:
-            f = control.fatal
+        f = control.fatal
+        if f is not None and not isinstance(f.error, WrapperError):
             raise AgentError(f.agent_id, f.error, f.traceback_text) from f.error
         if dead:
+            # A dead wrapper is the root cause of what its agents saw: report its own error and traceback.
             w = dead[0]
-            raise AgentError(-1, w.error, "", task=w.task.name) from w.error  # type: ignore[arg-type]
+            wrapper_error = w.failure_error()
+            agent_id = f.agent_id if f is not None else -1
+            raise AgentError(agent_id, wrapper_error, wrapper_error.traceback_text, task=w.task.name) from wrapper_error
+        if f is not None:
+            raise AgentError(f.agent_id, f.error, f.traceback_text) from f.error
         return RunReport(
             episodes=control.episodes,
             steps=control.steps,

@@ -87,10 +87,18 @@ class RunControl:
         if self.budget_reached():
             self._stop.set()
 
-    def agent_failed(self, agent_id: int, error: BaseException, tb: str) -> bool:
-        """Record a failure; return True if the agent should be restarted."""
+    def agent_failed(self, agent_id: int, error: BaseException, tb: str, restartable: bool = True) -> bool:
+        """Record a failure; return True if the agent should be restarted.
+
+        ``restartable=False`` (a dead wrapper, a failed rebuild, a runtime fault) never restarts.
+        """
         with self._lock:
-            restart = self.restart_failed_agents and self.restarts < self.max_restarts and not self._stop.is_set()
+            restart = (
+                restartable
+                and self.restart_failed_agents
+                and self.restarts < self.max_restarts
+                and not self._stop.is_set()
+            )
             failure = AgentFailure(agent_id, error, tb, restart)
             self.failures.append(failure)
             if restart:
@@ -147,18 +155,16 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
         except RunStopped:
             return
         except WrapperError as exc:
+            # The wrapper is dead for every agent: rebuilding this one cannot help.
             if control.stop_requested:
                 return
-            control.agent_failed(slot.agent_id, exc, traceback.format_exc())
+            control.agent_failed(slot.agent_id, exc, traceback.format_exc(), restartable=False)
             return
         except Exception as exc:  # noqa: BLE001 - reported with the traceback
-            if control.stop_requested and isinstance(exc, RunStopped):
-                return
             if not control.agent_failed(slot.agent_id, exc, traceback.format_exc()):
                 return
             try:
                 slot.rebuild()
             except Exception as rebuild_exc:  # noqa: BLE001
-                control.restart_failed_agents = False
-                control.agent_failed(slot.agent_id, rebuild_exc, traceback.format_exc())
+                control.agent_failed(slot.agent_id, rebuild_exc, traceback.format_exc(), restartable=False)
                 return

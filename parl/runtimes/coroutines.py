@@ -14,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -106,6 +107,9 @@ class Hub:
         self.runnable.extend(agents)
         try:
             self._schedule(agents, control)
+        except BaseException as exc:  # noqa: BLE001 - a scheduler fault must end the run, not vanish
+            tb = traceback.format_exc()
+            control.agent_failed(-1, RuntimeError(f"hub {self.index} failed: {exc!r}\n{tb}"), tb, restartable=False)
         finally:
             self._shutdown(agents)
 
@@ -142,16 +146,25 @@ class Hub:
         self.rounds += 1
         for wrapper, items in pending.items():
             limit = wrapper.config.max_batch_size
-            chunk: list[PredictItem] = []
+            chunks: list[list[PredictItem]] = [[]]
             samples = 0
             for item in items:
-                if chunk and samples + item[1].samples > limit:
-                    wrapper.serve_predictions(chunk)
-                    chunk, samples = [], 0
-                chunk.append(item)
+                if chunks[-1] and samples + item[1].samples > limit:
+                    chunks.append([])
+                    samples = 0
+                chunks[-1].append(item)
                 samples += item[1].samples
-            if chunk:
-                wrapper.serve_predictions(chunk)
+            for i, chunk in enumerate(chunks):
+                if wrapper.error is not None:
+                    # The wrapper died (here or in its training loop): answer, do not serve.
+                    wrapper.fail(wrapper.error, "", chunk, "predict")
+                    continue
+                try:
+                    wrapper.serve_predictions(chunk)
+                except Exception as exc:  # noqa: BLE001 - serving itself failed (task errors are answered inside)
+                    # This hub stands in for the wrapper's prediction loop: the wrapper is dead.
+                    wrapper.fail(exc, traceback.format_exc(), [it for c in chunks[i:] for it in c], "predict")
+                    break
 
     def _shutdown(self, agents: list[greenlet.greenlet]) -> None:
         self.stopping = True

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
@@ -70,6 +70,10 @@ class TrainResult:
     solved: bool
     seconds: float
     eval_history: list[tuple[int, float]]
+    learn_steps: int = 0
+    """Learning steps taken."""
+    last_metrics: dict[str, float] = field(default_factory=dict)
+    """Scalar metrics of the last learning step (``loss``, ``q_mean``)."""
 
 
 def train_off_policy(
@@ -95,7 +99,8 @@ def train_off_policy(
     obs, _ = env.reset(seed=loop.seed)
     episodes, best, solved = 0, -np.inf, False
     history: list[tuple[int, float]] = []
-    steps = 0
+    steps = learn_steps = 0
+    metrics: dict[str, float] = {}
     try:
         for steps in range(1, loop.max_steps + 1):
             x = np.asarray(obs, dtype=in_spec.np_dtype)[None]
@@ -115,7 +120,8 @@ def train_off_policy(
                 episodes += 1
                 obs, _ = env.reset()
             if steps >= loop.learning_starts and steps % loop.train_every == 0:
-                task.learn(buffer.sample(loop.batch_size, rng), check=False)
+                metrics = task.learn(buffer.sample(loop.batch_size, rng), check=False).metrics
+                learn_steps += 1
             if steps % loop.eval_every == 0:
                 score = float(evaluate_greedy(task, make_env, loop.eval_episodes, seed=10_000 + steps).mean())
                 if loop.stop_value is not None and score >= loop.stop_value:
@@ -131,4 +137,5 @@ def train_off_policy(
                     break
     finally:
         env.close()
-    return TrainResult(steps, episodes, float(best), solved, time.perf_counter() - start, history)
+    seconds = time.perf_counter() - start
+    return TrainResult(steps, episodes, float(best), solved, seconds, history, learn_steps, metrics)

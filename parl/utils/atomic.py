@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,8 +18,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> 
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
+    tmp = _create_temp(target)
     try:
         write(tmp)
         with open(tmp, "rb") as fh:
@@ -34,3 +33,20 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[str], None]) -> 
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _create_temp(target: Path) -> str:
+    """An empty new file ``.NAME.XXXXXXXX.tmp`` next to ``target``.
+
+    Unlike ``tempfile.mkstemp`` (always mode 0600) the file gets the mode a
+    plain ``open`` would give, so the renamed checkpoint is not left private.
+    """
+    for _ in range(100):
+        tmp = str(target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return tmp
+    raise FileExistsError(f"could not create a temporary file next to {os.fspath(target)!r}")

@@ -1,0 +1,101 @@
+"""Shared pieces of the benchmarks: models, a greedy algorithm, envs and the results file."""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import paddle
+
+import parl
+from parl import layers
+from parl.data.specs import FieldSpec
+from parl.framework.algorithm import Tensors
+from parl.framework.types import Prediction
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class MLPPolicy(parl.Model):
+    """``obs_dim``-64-``num_actions`` MLP: the model of every throughput row."""
+
+    def __init__(self, obs_dim: int, num_actions: int = 2, hidden: int = 64) -> None:
+        super().__init__()
+        self.obs_dim = obs_dim
+        self.h = layers.fc(size=hidden, act="relu", input_size=obs_dim)
+        self.out = layers.fc(size=num_actions, input_size=hidden)
+
+    def input_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("obs", (self.obs_dim,), "float32")]
+
+    def action_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("action", (), "int64")]
+
+    def policy(self, inputs: dict[str, paddle.Tensor]) -> paddle.Tensor:
+        return self.out(self.h(inputs["obs"]))
+
+
+class GreedyPolicy(parl.Algorithm):
+    """Argmax of the policy logits; the same work as the vector loop's forward."""
+
+    def warm_up(self, model: parl.Model, inputs: Tensors, states: Tensors) -> None:
+        model.policy(inputs)  # type: ignore[operator]
+
+    def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
+        return Prediction(actions={"action": self.model.policy(inputs).argmax(axis=-1)})  # type: ignore[operator]
+
+
+class WideObsEnv(gym.Env[np.ndarray, int]):
+    """A MuJoCo-free env with a wide Box observation (``dim`` floats) and 200-step episodes."""
+
+    def __init__(self, dim: int = 512, length: int = 200) -> None:
+        self.dim, self.length = dim, length
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (dim,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._obs = np.zeros(dim, np.float32)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._obs = self.np_random.uniform(-1, 1, self.dim).astype(np.float32)
+        self.t = 0
+        return self._obs, {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        self._obs = np.roll(self._obs, 1 + int(action))
+        return self._obs, 1.0, False, self.t >= self.length, {}
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    import os
+
+    return {
+        "python": platform.python_version(),
+        "paddle": paddle.__version__,
+        "numpy": np.__version__,
+        "gymnasium": gym.__version__,
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+    }
+
+
+def write_results(name: str, data: dict[str, Any], markdown: str) -> None:
+    """Write ``results/{name}.json`` and replace the ``name`` section of docs/benchmarks.md."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2, default=str))
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    block = f"{begin}\n{markdown.rstrip()}\n{end}"
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\nMeasured figures, written by the scripts in `benchmarks/`.\n"
+    if begin in text and end in text:
+        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    DOCS.write_text(text)

@@ -1,0 +1,244 @@
+"""Throughput of the agent path against a synchronous vector loop, side by side in one run.
+
+Rows per env and N agents: the bare env with random actions (ceiling), a gymnasium SyncVectorEnv
+with one batched forward per step (reference), and the full Agent -> AgentHelper -> Communicator ->
+ComputationWrapper -> ComputationTask path on each runtime. Also the training path: task.learn
+directly and through the wrapper against a bare Paddle step of the same network and batch.
+
+Run: ``python -m benchmarks.throughput [--quick]``; writes benchmarks/results/throughput.json and
+the throughput section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import paddle
+
+import parl
+from parl.agents import GymAgent
+from parl.runtimes.control import RunControl
+
+from benchmarks.common import GreedyPolicy, MLPPolicy, WideObsEnv, machine, write_results
+
+ENVS: dict[str, tuple[Callable[[], gym.Env], int]] = {
+    "CartPole-v1": (lambda: gym.make("CartPole-v1"), 4),
+    "WideObs-512": (lambda: WideObsEnv(512), 512),
+}
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def bare_env(make_env: Callable[[], gym.Env], seconds: float) -> float:
+    env = make_env()
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(200):
+            _, _, term, trunc, _ = env.step(int(rng.integers(2)))
+            steps += 1
+            if term or trunc:
+                env.reset()
+    return steps / (time.perf_counter() - start)
+
+
+def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> float:
+    model = MLPPolicy(obs_dim)
+    envs = gym.vector.SyncVectorEnv([make_env for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    obs, _ = envs.reset(seed=0)
+    steps, start = 0, time.perf_counter()
+    with paddle.no_grad():
+        while time.perf_counter() - start < seconds:
+            for _ in range(20):
+                actions = model.policy({"obs": paddle.to_tensor(obs.astype(np.float32))}).argmax(axis=-1).numpy()
+                obs, _, _, _, _ = envs.step(actions)
+                steps += n
+    envs.close()
+    return steps / (time.perf_counter() - start)
+
+
+class _Window:
+    """A stop_when that measures steps/s over a window after a warm-up."""
+
+    def __init__(self, warmup: float, seconds: float) -> None:
+        self.warmup, self.seconds = warmup, seconds
+        self.start = time.perf_counter()
+        self.t0: float | None = None
+        self.s0 = 0
+        self.rate = 0.0
+
+    def __call__(self, control: RunControl) -> bool:
+        now = time.perf_counter()
+        if self.t0 is None:
+            if now - self.start >= self.warmup:
+                self.t0, self.s0 = now, control.steps
+            return False
+        if now - self.t0 >= self.seconds:
+            self.rate = (control.steps - self.s0) / (now - self.t0)
+            return True
+        return False
+
+
+def agent_path(make_env: Callable[[], gym.Env], obs_dim: int, n: int, runtime: str, seconds: float) -> dict[str, Any]:
+    algo = GreedyPolicy(lambda: MLPPolicy(obs_dim))
+    task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=parl.WrapperConfig(max_batch_size=4096))
+    manager = parl.Manager(
+        [task], GymAgent, lambda i: make_env(), parl.ManagerConfig(num_agents=n, runtime=runtime, max_seconds=600)
+    )
+    window = _Window(warmup=0.5, seconds=seconds)
+    report = manager.run(stop_when=window)
+    stats = report.prediction_stats["RL"]
+    return {"steps_per_s": window.rate, "mean_batch": stats.mean_batch, "max_batch": stats.max_batch}
+
+
+def training_path(repeats: int) -> dict[str, float]:
+    """DQN update of a 4-64-64-2 network on a 64-sample batch: bare Paddle vs task vs wrapper."""
+    from examples.cartpole_dqn.model import CartPoleQModel
+
+    rng = np.random.default_rng(0)
+    b = 64
+    batch = parl.TrainingBatch(
+        inputs={"obs": rng.normal(size=(b, 4)).astype(np.float32)},
+        actions={"action": rng.integers(0, 2, b).astype(np.int64)},
+        rewards={"reward": np.ones(b, np.float32)},
+        next_inputs={"obs": rng.normal(size=(b, 4)).astype(np.float32)},
+        terminal=rng.random(b) < 0.1,
+    )
+    cfg = parl.DQNConfig(double_q=False, max_grad_norm=10.0)
+
+    # Bare Paddle: the same network, loss, target and optimizer, written directly.
+    online, target = CartPoleQModel(64), CartPoleQModel(64)
+    x = paddle.to_tensor(batch.inputs["obs"])
+    online.value({"obs": x})
+    target.value({"obs": x})
+    opt = paddle.optimizer.Adam(1e-3, parameters=online.parameters(), grad_clip=paddle.nn.ClipGradByGlobalNorm(10.0))
+
+    def bare_step() -> None:
+        obs = paddle.to_tensor(batch.inputs["obs"])
+        nxt = paddle.to_tensor(batch.next_inputs["obs"])
+        act = paddle.to_tensor(batch.actions["action"])
+        rew = paddle.to_tensor(batch.rewards["reward"])
+        term = paddle.to_tensor(batch.terminal.astype(np.float32))
+        q = paddle.take_along_axis(online.value({"obs": obs}), act.unsqueeze(-1), axis=-1).squeeze(-1)
+        with paddle.no_grad():
+            y = rew + 0.99 * (1.0 - term) * target.value({"obs": nxt}).max(axis=-1)
+        loss = paddle.nn.functional.smooth_l1_loss(q, y)
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        float(loss)
+
+    task = parl.ComputationTask("RL", parl.DQN(lambda: CartPoleQModel(64), cfg))
+    wrapper = parl.ComputationWrapper(task, parl.WrapperConfig())
+    comm = wrapper.create_communicator(0)
+    wrapper.start()
+
+    def via_wrapper() -> None:
+        comm.put_training_data(batch)
+        comm.get_training_return()
+
+    def timed(fn: Callable[[], None]) -> float:
+        for _ in range(20):
+            fn()
+        best = []
+        for _ in range(3):
+            t = time.perf_counter()
+            for _ in range(repeats):
+                fn()
+            best.append((time.perf_counter() - t) / repeats)
+        return min(best) * 1e6
+
+    try:
+        bare_us = timed(bare_step)
+        task_us = timed(lambda: task.learn(batch))
+        wrapper_us = timed(via_wrapper)
+    finally:
+        wrapper.stop()
+    return {"bare_us": bare_us, "task_us": task_us, "wrapper_us": wrapper_us}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="short windows and fewer N (a smoke run)")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    seconds = 0.5 if args.quick else args.seconds
+    ns = [1, 16] if args.quick else [1, 4, 16, 64, 256]
+    runtimes = ["coroutines", "threads"]
+    rows: list[dict[str, Any]] = []
+    for env_name, (make_env, obs_dim) in ENVS.items():
+        ceiling = bare_env(make_env, seconds)
+        rows.append({"env": env_name, "row": "bare env, random actions", "n": 1, "steps_per_s": ceiling})
+        print(f"{env_name:12s} bare env               N=1   {ceiling:10.0f} steps/s", flush=True)
+        for n in ns:
+            if env_name != "CartPole-v1" and n == 256 and not args.quick:
+                pass
+            ref = vector_loop(make_env, obs_dim, n, seconds)
+            rows.append({"env": env_name, "row": "vector loop (reference)", "n": n, "steps_per_s": ref, "ratio": 1.0})
+            print(f"{env_name:12s} vector loop            N={n:<4d}{ref:10.0f} steps/s", flush=True)
+            for runtime in runtimes:
+                if runtime == "threads" and n > 64:
+                    continue  # 256 threads measure the GIL, not the design
+                res = agent_path(make_env, obs_dim, n, runtime, seconds)
+                res.update({"env": env_name, "row": f"agent path, {runtime}", "n": n, "ratio": res["steps_per_s"] / ref})
+                res["peak_rss_mb"] = peak_rss_mb()
+                rows.append(res)
+                print(
+                    f"{env_name:12s} agent path {runtime:11s} N={n:<4d}{res['steps_per_s']:10.0f} steps/s "
+                    f"ratio {res['ratio']:.2f} mean batch {res['mean_batch']:.1f}",
+                    flush=True,
+                )
+    train = training_path(50 if args.quick else 300)
+    print(
+        f"training step: bare {train['bare_us']:.0f} us, task.learn {train['task_us']:.0f} us "
+        f"({train['task_us'] / train['bare_us']:.2f}x), via wrapper {train['wrapper_us']:.0f} us "
+        f"({train['wrapper_us'] / train['bare_us']:.2f}x)",
+        flush=True,
+    )
+    md = _markdown(rows, train, args.quick)
+    print(md)
+    if not args.quick:
+        write_results("throughput", {"machine": machine(), "rows": rows, "training": train}, md)
+
+
+def _markdown(rows: list[dict[str, Any]], train: dict[str, float], quick: bool) -> str:
+    m = machine()
+    lines = [
+        "## Throughput (`benchmarks/throughput.py`)",
+        "",
+        f"Machine: {m['cpus']} CPUs, Python {m['python']}, Paddle {m['paddle']}, gymnasium {m['gymnasium']}."
+        + (" Quick run." if quick else ""),
+        "Same model in every row (obs-64-2 MLP, greedy actions); env steps per second over all agents;",
+        "ratio = agent path / vector loop at the same N, measured in the same run.",
+        "",
+        "| env | row | N | steps/s | ratio to vector loop | mean predict batch |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ratio = f"{r['ratio']:.2f}" if "ratio" in r else ""
+        batch = f"{r['mean_batch']:.1f}" if "mean_batch" in r else ""
+        lines.append(f"| {r['env']} | {r['row']} | {r['n']} | {r['steps_per_s']:.0f} | {ratio} | {batch} |")
+    lines += [
+        "",
+        "Training path (DQN update, 4-64-64-2 network, batch 64, best of 3 timed loops):",
+        "",
+        "| path | µs per step | ratio to bare Paddle |",
+        "|---|---|---|",
+        f"| bare Paddle step | {train['bare_us']:.0f} | 1.00 |",
+        f"| `ComputationTask.learn` (checked) | {train['task_us']:.0f} | {train['task_us'] / train['bare_us']:.2f} |",
+        f"| through `ComputationWrapper` | {train['wrapper_us']:.0f} | {train['wrapper_us'] / train['bare_us']:.2f} |",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,650 @@
+"""Agents in worker processes; the tasks stay in the learner process.
+
+Each worker process hosts many agents as greenlets (a :class:`Hub`). When no
+agent of a worker can run, the worker packs all its pending predictions of a
+task into one batch, writes it into shared memory and sends one short message
+to the learner; the learner runs one ``task.predict`` on that batch and
+writes the actions back into shared memory. Per round of N/P agents that is
+one pipe round trip and no pickling of arrays. Training data (less frequent)
+travels pickled over a second pipe into the task's ComputationWrapper, and
+learning results come back the same way.
+
+::
+
+    learner process                               worker process k (agents k, k+P, ...)
+    ComputationWrapper(training loop)  <-- learn --  AgentHelper.learn()
+    _WorkerLink thread: predict(shm) <-- 1 msg/round -- Hub: pack pending predictions
+                        actions -> shm --> reply --> agents resume with their rows
+
+A worker that dies (killed from outside, crashed env library) is detected by
+its link within a poll interval and reported as a failure of its agents, or
+restarted when ``restart_failed_agents`` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+from parl.data.packing import pack_fields
+from parl.data.specs import FieldSpec
+from parl.framework.agent import Agent
+from parl.framework.agent_helper import AgentHelper
+from parl.framework.communicator import Communicator, Failure, PredictRequest
+from parl.framework.computation_task import ComputationTask
+from parl.framework.computation_wrapper import ComputationWrapper, WrapperConfig
+from parl.framework.errors import RunStopped, WrapperError
+from parl.framework.types import LearnResult, Prediction, TrainingBatch
+from parl.runtimes.control import AgentSlot, RunControl
+from parl.runtimes.coroutines import Hub
+
+__all__ = ["ProcessRuntime", "TaskSpecs", "RemoteAgentSpec"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskSpecs:
+    """What an agent's side needs to know of a task: its name, specs and batching limits."""
+
+    name: str
+    input_specs: list[FieldSpec]
+    state_specs: list[FieldSpec]
+    action_specs: list[FieldSpec]
+    reward_specs: list[FieldSpec]
+    extra_learn_specs: list[FieldSpec]
+    extra_predict_specs: list[FieldSpec]
+    config: WrapperConfig
+
+    @classmethod
+    def of(cls, task: ComputationTask, config: WrapperConfig) -> TaskSpecs:
+        return cls(
+            task.name,
+            task.input_specs,
+            task.state_specs,
+            task.action_specs,
+            task.reward_specs,
+            task.extra_learn_specs,
+            task.extra_predict_specs,
+            config,
+        )
+
+    def check_batch(self, batch: TrainingBatch, agent_id: int | None = None) -> TrainingBatch:
+        """The same validation as ``ComputationTask.check_batch``, without the task."""
+        return ComputationTask.check_batch(self, batch, agent_id)  # type: ignore[arg-type]
+
+    def initial_states(self, batch_size: int) -> dict[str, np.ndarray]:
+        return {s.name: np.zeros((batch_size,) + s.shape, s.np_dtype) for s in self.state_specs}
+
+
+@dataclass
+class RemoteAgentSpec:
+    """How a worker builds its agents (everything here must survive the process start)."""
+
+    tasks: list[TaskSpecs]
+    helpers: list[tuple[Callable[..., AgentHelper], Any]]
+    agent_factory: Callable[..., Agent]
+    make_env: Callable[[int], Any] | None
+    seed: int
+    restart_failed_agents: bool
+    max_restarts: int
+
+
+# --------------------------------------------------------------------------- shared memory
+
+
+class _SharedArrays:
+    """Named arrays of ``capacity`` rows laid out in one shared-memory block."""
+
+    def __init__(self, specs: Sequence[FieldSpec], capacity: int, name: str | None = None) -> None:
+        self.specs = list(specs)
+        self.capacity = capacity
+        offsets, total = [], 0
+        for s in self.specs:
+            total = (total + 63) // 64 * 64
+            offsets.append(total)
+            total += capacity * int(np.prod(s.shape, dtype=np.int64)) * s.np_dtype.itemsize
+        size = max(total, 64)
+        self.shm = shared_memory.SharedMemory(name=name, create=name is None, size=size)
+        self.owner = name is None
+        self.views = {
+            s.name: np.ndarray((capacity,) + s.shape, s.np_dtype, buffer=self.shm.buf, offset=off)
+            for s, off in zip(self.specs, offsets)
+        }
+
+    def write(self, data: Mapping[str, np.ndarray], rows: int) -> None:
+        for k, v in data.items():
+            self.views[k][:rows] = v
+
+    def read(self, rows: int, copy: bool) -> dict[str, np.ndarray]:
+        return {k: (v[:rows].copy() if copy else v[:rows]) for k, v in self.views.items()}
+
+    def close(self) -> None:
+        self.views = {}
+        try:
+            self.shm.close()
+            if self.owner:
+                self.shm.unlink()
+        except (FileNotFoundError, BufferError):
+            pass
+
+
+@dataclass
+class _TaskChannel:
+    """Shared-memory names of one (worker, task) pair."""
+
+    request_name: str
+    reply_name: str
+    capacity: int
+
+
+def _request_specs(t: TaskSpecs) -> list[FieldSpec]:
+    return [FieldSpec(f"in.{s.name}", s.shape, s.dtype, True) for s in t.input_specs] + [
+        FieldSpec(f"st.{s.name}", s.shape, s.dtype, True) for s in t.state_specs
+    ]
+
+
+def _reply_specs(t: TaskSpecs) -> list[FieldSpec]:
+    return (
+        [FieldSpec(f"act.{s.name}", s.shape, s.dtype, True) for s in t.action_specs]
+        + [FieldSpec(f"st.{s.name}", s.shape, s.dtype, True) for s in t.state_specs]
+        + [FieldSpec(f"ex.{s.name}", s.shape, s.dtype, True) for s in t.extra_predict_specs]
+    )
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+class _RemoteWrapper:
+    """Stands in for a ComputationWrapper inside a worker process."""
+
+    def __init__(
+        self,
+        index: int,
+        specs: TaskSpecs,
+        channel: _TaskChannel,
+        pred_conn: mpc.Connection,
+        msg: _WorkerMessenger,
+    ) -> None:
+        self.index = index
+        self.task = specs
+        self.config = specs.config
+        self.request = _SharedArrays(_request_specs(specs), channel.capacity, channel.request_name)
+        self.reply = _SharedArrays(_reply_specs(specs), channel.capacity, channel.reply_name)
+        self.pred_conn = pred_conn
+        self.msg = msg
+        self.error: BaseException | None = None
+        self.comms: dict[int, Communicator] = {}
+
+    def check_alive(self) -> None:
+        if self.error is not None:
+            raise WrapperError(f"task {self.task.name!r}: {self.error}")
+        if self.msg.stop_event.is_set():
+            raise RunStopped("the run is stopping")
+
+    def create_communicator(self, agent_id: int, return_queue_factory: Callable[[], Any], sink: Any) -> Communicator:
+        comm = Communicator(
+            agent_id, self, sink, _RemoteTrainingSink(self), return_queue_factory(), return_queue_factory()  # type: ignore[arg-type]
+        )
+        self.comms[agent_id] = comm
+        return comm
+
+    def serve_predictions(self, items: Sequence[tuple[Communicator, PredictRequest]]) -> None:
+        groups: dict[bool, list[tuple[Communicator, PredictRequest]]] = {}
+        for item in items:
+            groups.setdefault(item[1].explore, []).append(item)
+        for explore, group in groups.items():
+            self._serve(group, explore)
+
+    def _serve(self, items: Sequence[tuple[Communicator, PredictRequest]], explore: bool) -> None:
+        requests = [r for _, r in items]
+        inputs, offsets = pack_fields([r.inputs for r in requests])
+        rows = offsets[-1]
+        try:
+            if rows > self.request.capacity:
+                raise ValueError(f"{rows} samples exceed the shared buffer of {self.request.capacity}")
+            self.request.write({f"in.{k}": v for k, v in inputs.items()}, rows)
+            if self.task.state_specs:
+                states = pack_fields([r.states for r in requests])[0]
+                self.request.write({f"st.{k}": v for k, v in states.items()}, rows)
+            self.pred_conn.send((self.index, rows, explore))
+            status, payload = self.pred_conn.recv()
+        except (EOFError, OSError) as exc:
+            status, payload = "error", (exc, "the learner process is gone")
+        except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
+            status, payload = "error", (exc, traceback.format_exc())
+        if status != "ok":
+            exc, tb = payload
+            for comm, _ in items:
+                comm.put_prediction_return(Failure(exc, tb, "predict"))
+            return
+        out = self.reply.read(rows, copy=True)
+        for i, (comm, _) in enumerate(items):
+            lo, hi = offsets[i], offsets[i + 1]
+            pred = Prediction(
+                actions={k[4:]: v[lo:hi] for k, v in out.items() if k.startswith("act.")},
+                states={k[3:]: v[lo:hi] for k, v in out.items() if k.startswith("st.")},
+                extras={k[3:]: v[lo:hi] for k, v in out.items() if k.startswith("ex.")},
+            )
+            comm.put_prediction_return(pred)
+
+
+class _RemoteTrainingSink:
+    """The ``training_q`` of a remote communicator: sends the batch to the learner."""
+
+    def __init__(self, wrapper: _RemoteWrapper) -> None:
+        self.wrapper = wrapper
+
+    def put(self, item: tuple[Communicator, TrainingBatch]) -> None:
+        comm, batch = item
+        self.wrapper.msg.send(("learn", self.wrapper.index, comm.agent_id, batch))
+
+
+class _WorkerMessenger:
+    """The asynchronous message pipe of a worker: learn requests out, learn results in."""
+
+    def __init__(self, conn: mpc.Connection, stop_event: Any) -> None:
+        self.conn = conn
+        self.stop_event = stop_event
+        self._lock = threading.Lock()
+
+    def send(self, msg: Any) -> None:
+        with self._lock:
+            self.conn.send(msg)
+
+
+class _WorkerControl(RunControl):
+    """A RunControl inside a worker: stops on the learner's event, reports episodes upstream."""
+
+    messenger: _WorkerMessenger | None = None
+
+    @property
+    def stop_requested(self) -> bool:
+        remote = self.messenger is not None and self.messenger.stop_event.is_set()
+        return remote or self._stop.is_set()
+
+    def should_stop(self) -> bool:
+        return self.stop_requested
+
+    def episode_done(self, agent_id: int, episode_return: float, steps: int) -> None:
+        assert self.messenger is not None
+        self.messenger.send(("episode", agent_id, episode_return, steps))
+
+    def agent_failed(self, agent_id: int, error: BaseException, tb: str) -> bool:
+        assert self.messenger is not None
+        restart = self.restart_failed_agents and self.restarts < self.max_restarts
+        if restart:
+            self.restarts += 1
+        try:
+            self.messenger.send(("failure", agent_id, _picklable(error), tb, restart))
+        except Exception:  # noqa: BLE001 - the learner may be gone
+            logger.debug("could not report a failure of agent %d", agent_id, exc_info=True)
+        if not restart:
+            self.request_stop()
+        return restart
+
+
+def _picklable(error: BaseException) -> BaseException:
+    import pickle
+
+    try:
+        pickle.dumps(error)
+        return error
+    except Exception:  # noqa: BLE001
+        return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+def _worker_main(
+    worker: int,
+    agent_ids: list[int],
+    spec: RemoteAgentSpec,
+    channels: list[_TaskChannel],
+    pred_conn: mpc.Connection,
+    msg_conn: mpc.Connection,
+    stop_event: Any,
+) -> None:
+    """Entry point of a worker process."""
+    messenger = _WorkerMessenger(msg_conn, stop_event)
+    wrappers = [_RemoteWrapper(i, t, channels[i], pred_conn, messenger) for i, t in enumerate(spec.tasks)]
+    hub = Hub(worker)
+    control = _WorkerControl(len(agent_ids) and max(agent_ids) + 1, restart_failed_agents=spec.restart_failed_agents,
+                             max_restarts=spec.max_restarts)
+    control.messenger = messenger
+    comms: dict[tuple[int, int], Communicator] = {}
+
+    def build(agent_id: int) -> Agent:
+        helpers: dict[str, AgentHelper] = {}
+        for i, w in enumerate(wrappers):
+            comm = comms.get((i, agent_id))
+            if comm is None:
+                comm = w.create_communicator(agent_id, hub.return_queue, hub.sink(w))  # type: ignore[arg-type]
+                comms[(i, agent_id)] = comm
+            helper_cls, helper_cfg = spec.helpers[i]
+            helpers[w.task.name] = (
+                helper_cls(w.task.name, comm) if helper_cfg is None else helper_cls(w.task.name, comm, helper_cfg)
+            )
+        env = spec.make_env(agent_id) if spec.make_env is not None else None
+        agent = spec.agent_factory(agent_id, env, helpers)
+        if agent.seed is None:
+            agent.seed = spec.seed + agent_id
+        return agent
+
+    hub.slots = [AgentSlot(a, lambda a=a: build(a)) for a in agent_ids]  # type: ignore[misc]
+
+    def read_results() -> None:
+        while True:
+            try:
+                msg = msg_conn.recv()
+            except (EOFError, OSError):
+                stop_event.set()
+                return
+            if msg[0] == "learn_result":
+                _, task_index, agent_id, item = msg
+                comms[(task_index, agent_id)].put_training_return(item)
+            elif msg[0] == "shutdown":
+                return
+
+    reader = threading.Thread(target=read_results, name=f"parl-worker-{worker}-reader", daemon=True)
+    reader.start()
+    try:
+        for slot in hub.slots:
+            slot.get()
+        hub.poll_s = 0.02
+        hub._run(control)
+    except BaseException as exc:  # noqa: BLE001 - reported to the learner
+        try:
+            messenger.send(("failure", agent_ids[0] if agent_ids else -1, _picklable(exc), traceback.format_exc(), False))
+        except Exception:  # noqa: BLE001
+            pass
+    finally:
+        for slot in hub.slots:
+            if slot.agent is not None:
+                try:
+                    slot.agent.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        try:
+            messenger.send(("exited", worker))
+        except Exception:  # noqa: BLE001
+            pass
+        for w in wrappers:
+            w.request.close()
+            w.reply.close()
+
+
+# --------------------------------------------------------------------------- learner side
+
+
+class _ProxyComm:
+    """Learner-side stand-in for a remote agent's communicator: sends learn results back."""
+
+    def __init__(self, link: _WorkerLink, task_index: int, agent_id: int) -> None:
+        self.link = link
+        self.task_index = task_index
+        self.agent_id = agent_id
+
+    def put_training_return(self, item: LearnResult | Failure) -> None:
+        if isinstance(item, Failure):
+            item = Failure(_picklable(item.error), item.traceback_text, item.kind)
+        self.link.send(("learn_result", self.task_index, self.agent_id, item))
+
+    def put_prediction_return(self, item: Any) -> None:  # pragma: no cover - predictions go through shm
+        raise RuntimeError("remote predictions are answered through shared memory")
+
+
+class _WorkerLink:
+    """One worker process as the learner sees it: its process, pipes, buffers and serving thread."""
+
+    def __init__(
+        self,
+        index: int,
+        agent_ids: list[int],
+        runtime: ProcessRuntime,
+        control: RunControl,
+    ) -> None:
+        self.index = index
+        self.agent_ids = agent_ids
+        self.runtime = runtime
+        self.control = control
+        self.process: Any = None
+        self.thread: threading.Thread | None = None
+        self.exited = False
+        self._send_lock = threading.Lock()
+        self.buffers: list[tuple[_SharedArrays, _SharedArrays]] = []
+
+    def start(self) -> None:
+        rt = self.runtime
+        ctx = mp.get_context(rt.start_method)
+        capacity = max(1, len(self.agent_ids))
+        self.buffers = [
+            (_SharedArrays(_request_specs(t), capacity), _SharedArrays(_reply_specs(t), capacity)) for t in rt.specs
+        ]
+        channels = [_TaskChannel(req.shm.name, rep.shm.name, capacity) for req, rep in self.buffers]
+        self.pred_conn, child_pred = ctx.Pipe(duplex=True)
+        self.msg_conn, child_msg = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(
+            target=_worker_main,
+            args=(self.index, self.agent_ids, rt.remote_spec, channels, child_pred, child_msg, rt.stop_event),
+            name=f"parl-worker-{self.index}",
+            daemon=True,
+        )
+        self.process.start()
+        child_pred.close()
+        child_msg.close()
+        self.exited = False
+        self.thread = threading.Thread(target=self._serve, name=f"parl-link-{self.index}", daemon=True)
+        self.thread.start()
+
+    def send(self, msg: Any) -> None:
+        with self._send_lock:
+            try:
+                self.msg_conn.send(msg)
+            except (OSError, EOFError, BrokenPipeError):
+                logger.debug("worker %d is gone; dropped %s", self.index, msg[0])
+
+    def _serve(self) -> None:
+        conns = [self.pred_conn, self.msg_conn]
+        try:
+            while not self.exited:
+                ready = mpc.wait(conns + [self.process.sentinel], timeout=0.05)
+                if self.pred_conn in ready:
+                    self._predict(self.pred_conn.recv())
+                if self.msg_conn in ready:
+                    self._message(self.msg_conn.recv())
+                if self.process.sentinel in ready and not self.pred_conn.poll() and not self.msg_conn.poll():
+                    break
+        except (EOFError, OSError):
+            pass
+        finally:
+            self._on_exit()
+
+    def _predict(self, msg: tuple[int, int, bool]) -> None:
+        task_index, rows, explore = msg
+        req, rep = self.buffers[task_index]
+        task = self.runtime.tasks[task_index]
+        try:
+            data = req.read(rows, copy=True)
+            inputs = {k[3:]: v for k, v in data.items() if k.startswith("in.")}
+            states = {k[3:]: v for k, v in data.items() if k.startswith("st.")}
+            pred = task.predict(inputs, states if task.state_specs else None, explore=explore, check=False)
+            out = {f"act.{k}": v for k, v in pred.actions.items()}
+            out.update({f"st.{k}": v for k, v in pred.states.items()})
+            out.update({f"ex.{k}": v for k, v in pred.extras.items() if f"ex.{k}" in rep.views})
+            rep.write(out, rows)
+            self.runtime.wrappers[task_index].prediction_stats.record(1, rows)
+            self.pred_conn.send(("ok", None))
+        except Exception as exc:  # noqa: BLE001 - delivered to the worker's agents
+            self.pred_conn.send(("error", (_picklable(exc), traceback.format_exc())))
+
+    def _message(self, msg: Any) -> None:
+        kind = msg[0]
+        if kind == "learn":
+            _, task_index, agent_id, batch = msg
+            wrapper = self.runtime.wrappers[task_index]
+            proxy = _ProxyComm(self, task_index, agent_id)
+            try:
+                wrapper.check_alive()
+            except Exception as exc:  # noqa: BLE001
+                proxy.put_training_return(Failure(exc, traceback.format_exc(), "learn"))
+                return
+            wrapper.training_q.put((proxy, batch))  # type: ignore[arg-type]
+        elif kind == "episode":
+            _, agent_id, episode_return, steps = msg
+            self.control.episode_done(agent_id, episode_return, steps)
+        elif kind == "failure":
+            _, agent_id, error, tb, restarted = msg
+            self.runtime.record_failure(agent_id, error, tb, restarted)
+        elif kind == "exited":
+            self.exited = True
+
+    def _on_exit(self) -> None:
+        self.exited = True
+        if self.process is not None:
+            self.process.join(timeout=0.5)
+            code = self.process.exitcode
+            if code not in (0, None) and not self.runtime.stopping:
+                self.runtime.worker_died(self, code)
+
+    def close(self, timeout: float) -> bool:
+        """Join the process (killing it if needed) and free the buffers; True if it ended in time."""
+        ended = True
+        if self.process is not None:
+            self.process.join(timeout)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join(0.5)
+                ended = False
+        if self.thread is not None:
+            self.thread.join(0.5)
+        for req, rep in self.buffers:
+            req.close()
+            rep.close()
+        for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
+            if conn is not None:
+                conn.close()
+        return ended
+
+
+class ProcessRuntime:
+    """Hosts agents in ``num_workers`` processes, many agents per process; tasks stay here.
+
+    Use it through the Manager; agent code does not change::
+
+        ManagerConfig(runtime="processes", num_workers=2, num_agents=64)
+
+    The agent factory, env factory and helper classes must be usable in the
+    worker: with the default ``fork`` start method anything works (workers
+    inherit them); with ``spawn`` they must be picklable (no lambdas).
+    """
+
+    name = "processes"
+    serves_predictions = True
+    hosts_agents = True
+
+    def __init__(self, num_workers: int = 2, start_method: str = "fork") -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if start_method not in mp.get_all_start_methods():
+            raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}")
+        self.num_workers = num_workers
+        self.start_method = start_method
+        self.links: list[_WorkerLink] = []
+        self.tasks: list[ComputationTask] = []
+        self.wrappers: list[ComputationWrapper] = []
+        self.specs: list[TaskSpecs] = []
+        self.remote_spec: RemoteAgentSpec | None = None
+        self.stop_event: Any = None
+        self.stopping = False
+        self.control: RunControl | None = None
+        self._lock = threading.Lock()
+        self.worker_restarts = 0
+
+    def communicator(self, wrapper: ComputationWrapper, agent_id: int) -> Communicator:
+        raise RuntimeError("the process runtime builds its agents inside the workers")
+
+    def start_remote(
+        self,
+        tasks: Sequence[ComputationTask],
+        wrappers: Sequence[ComputationWrapper],
+        spec: RemoteAgentSpec,
+        num_agents: int,
+        control: RunControl,
+    ) -> None:
+        """Start the workers; agent ``i`` lives in worker ``i % num_workers``."""
+        self.tasks, self.wrappers, self.remote_spec, self.control = list(tasks), list(wrappers), spec, control
+        self.specs = spec.tasks
+        self.stop_event = mp.get_context(self.start_method).Event()
+        workers = min(self.num_workers, num_agents)
+        for w in range(workers):
+            ids = [a for a in range(num_agents) if a % workers == w]
+            link = _WorkerLink(w, ids, self, control)
+            self.links.append(link)
+            link.start()
+
+    def start(self, slots: Sequence[AgentSlot], control: RunControl) -> None:
+        raise RuntimeError("use start_remote: the process runtime builds its agents inside the workers")
+
+    def record_failure(self, agent_id: int, error: BaseException, tb: str, restarted: bool) -> None:
+        assert self.control is not None
+        c = self.control
+        if restarted:
+            with self._lock:
+                c.restarts += 1
+            from parl.runtimes.control import AgentFailure
+
+            c.failures.append(AgentFailure(agent_id, error, tb, True))
+            logger.warning("agent %d failed in a worker and was restarted: %s", agent_id, error)
+        else:
+            c.restart_failed_agents = False
+            c.agent_failed(agent_id, error, tb)
+
+    def worker_died(self, link: _WorkerLink, exitcode: int) -> None:
+        """A worker ended abnormally: restart it (with its agents) or fail the run."""
+        assert self.control is not None
+        c = self.control
+        error = RuntimeError(f"worker process {link.index} (agents {link.agent_ids}) died with exit code {exitcode}")
+        if c.restart_failed_agents and c.restarts < c.max_restarts and not c.stop_requested:
+            from parl.runtimes.control import AgentFailure
+
+            with self._lock:
+                c.restarts += 1
+                self.worker_restarts += 1
+            c.failures.append(AgentFailure(link.agent_ids[0], error, "", True))
+            logger.warning("%s; restarting it", error)
+            for req, rep in link.buffers:
+                req.close()
+                rep.close()
+            link.start()
+        else:
+            c.agent_failed(link.agent_ids[0], error, f"worker pid {link.process.pid} exit code {exitcode}\n")
+
+    def alive(self) -> bool:
+        return any(not link.exited for link in self.links)
+
+    def stop(self, timeout: float) -> list[str]:
+        self.stopping = True
+        if self.stop_event is not None:
+            self.stop_event.set()
+        deadline = time.monotonic() + timeout
+        leaked = []
+        for link in self.links:
+            if not link.close(max(0.05, deadline - time.monotonic())):
+                leaked.append(f"parl-worker-{link.index} (killed)")
+        return leaked
+
+
+def default_num_workers() -> int:
+    """One worker per core, leaving one for the learner when there are several."""
+    cpus = os.cpu_count() or 1
+    return max(1, cpus - 1) if cpus > 2 else cpus
