@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint format typecheck bench clean
+.PHONY: demo test test-slow lint format typecheck bench bench-learning clean
 
 $(STAMP): setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,8 +31,18 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[test,plot,bench]"
+	touch $(BENCH_STAMP)
+
 bench: $(STAMP)
 	$(PY) -m benchmarks.throughput
+
+bench-learning: $(BENCH_STAMP)
+	$(PY) -m benchmarks.learning
 
 clean:
 	rm -rf $(VENV) build *.egg-info

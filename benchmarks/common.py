@@ -93,7 +93,8 @@ def write_results(name: str, data: dict[str, Any], markdown: str) -> None:
     (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2, default=str))
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     block = f"{begin}\n{markdown.rstrip()}\n{end}"
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\nMeasured figures, written by the scripts in `benchmarks/`.\n"
+    header = "# Benchmarks\n\nMeasured figures, written by the scripts in `benchmarks/`.\n"
+    text = DOCS.read_text() if DOCS.exists() else header
     if begin in text and end in text:
         text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     else:

@@ -22,10 +22,9 @@ import numpy as np
 import paddle
 
 import parl
+from benchmarks.common import GreedyPolicy, MLPPolicy, WideObsEnv, machine, write_results
 from parl.agents import GymAgent
 from parl.runtimes.control import RunControl
-
-from benchmarks.common import GreedyPolicy, MLPPolicy, WideObsEnv, machine, write_results
 
 ENVS: dict[str, tuple[Callable[[], gym.Env], int]] = {
     "CartPole-v1": (lambda: gym.make("CartPole-v1"), 4),
@@ -88,12 +87,13 @@ class _Window:
         return False
 
 
-def agent_path(make_env: Callable[[], gym.Env], obs_dim: int, n: int, runtime: str, seconds: float) -> dict[str, Any]:
+def agent_path(
+    make_env: Callable[[], gym.Env], obs_dim: int, n: int, runtime: str, seconds: float, workers: int = 2
+) -> dict[str, Any]:
     algo = GreedyPolicy(lambda: MLPPolicy(obs_dim))
     task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=parl.WrapperConfig(max_batch_size=4096))
-    manager = parl.Manager(
-        [task], GymAgent, lambda i: make_env(), parl.ManagerConfig(num_agents=n, runtime=runtime, max_seconds=600)
-    )
+    config = parl.ManagerConfig(num_agents=n, runtime=runtime, max_seconds=600, num_workers=workers)
+    manager = parl.Manager([task], GymAgent, lambda i: make_env(), config)
     window = _Window(warmup=0.5, seconds=seconds)
     report = manager.run(stop_when=window)
     stats = report.prediction_stats["RL"]
@@ -173,27 +173,28 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     seconds = 0.5 if args.quick else args.seconds
     ns = [1, 16] if args.quick else [1, 4, 16, 64, 256]
-    runtimes = ["coroutines", "threads"]
+    runtimes = [("coroutines", 1), ("threads", 1), ("processes", 1), ("processes", 2)]
     rows: list[dict[str, Any]] = []
     for env_name, (make_env, obs_dim) in ENVS.items():
         ceiling = bare_env(make_env, seconds)
         rows.append({"env": env_name, "row": "bare env, random actions", "n": 1, "steps_per_s": ceiling})
-        print(f"{env_name:12s} bare env               N=1   {ceiling:10.0f} steps/s", flush=True)
+        print(f"{env_name:12s} bare env                 N=1   {ceiling:10.0f} steps/s", flush=True)
         for n in ns:
-            if env_name != "CartPole-v1" and n == 256 and not args.quick:
-                pass
             ref = vector_loop(make_env, obs_dim, n, seconds)
             rows.append({"env": env_name, "row": "vector loop (reference)", "n": n, "steps_per_s": ref, "ratio": 1.0})
-            print(f"{env_name:12s} vector loop            N={n:<4d}{ref:10.0f} steps/s", flush=True)
-            for runtime in runtimes:
+            print(f"{env_name:12s} vector loop              N={n:<4d}{ref:10.0f} steps/s", flush=True)
+            for runtime, workers in runtimes:
                 if runtime == "threads" and n > 64:
                     continue  # 256 threads measure the GIL, not the design
-                res = agent_path(make_env, obs_dim, n, runtime, seconds)
-                res.update({"env": env_name, "row": f"agent path, {runtime}", "n": n, "ratio": res["steps_per_s"] / ref})
+                if runtime == "processes" and workers > n:
+                    continue
+                res = agent_path(make_env, obs_dim, n, runtime, seconds, workers)
+                label = f"agent path, {runtime}" + (f" P={workers}" if runtime == "processes" else "")
+                res.update({"env": env_name, "row": label, "n": n, "ratio": res["steps_per_s"] / ref})
                 res["peak_rss_mb"] = peak_rss_mb()
                 rows.append(res)
                 print(
-                    f"{env_name:12s} agent path {runtime:11s} N={n:<4d}{res['steps_per_s']:10.0f} steps/s "
+                    f"{env_name:12s} {label[11:]:24s} N={n:<4d}{res['steps_per_s']:10.0f} steps/s "
                     f"ratio {res['ratio']:.2f} mean batch {res['mean_batch']:.1f}",
                     flush=True,
                 )
@@ -212,6 +213,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _markdown(rows: list[dict[str, Any]], train: dict[str, float], quick: bool) -> str:
     m = machine()
+    task_ratio = train["task_us"] / train["bare_us"]
+    wrapper_ratio = train["wrapper_us"] / train["bare_us"]
     lines = [
         "## Throughput (`benchmarks/throughput.py`)",
         "",
@@ -234,8 +237,8 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], quick: bool) 
         "| path | µs per step | ratio to bare Paddle |",
         "|---|---|---|",
         f"| bare Paddle step | {train['bare_us']:.0f} | 1.00 |",
-        f"| `ComputationTask.learn` (checked) | {train['task_us']:.0f} | {train['task_us'] / train['bare_us']:.2f} |",
-        f"| through `ComputationWrapper` | {train['wrapper_us']:.0f} | {train['wrapper_us'] / train['bare_us']:.2f} |",
+        f"| `ComputationTask.learn` (checked) | {train['task_us']:.0f} | {task_ratio:.2f} |",
+        f"| through `ComputationWrapper` | {train['wrapper_us']:.0f} | {wrapper_ratio:.2f} |",
     ]
     return "\n".join(lines)
 

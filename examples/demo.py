@@ -15,9 +15,8 @@ from pathlib import Path
 import gymnasium as gym
 
 import parl
-from parl.training.evaluation_stopper import EvalStopper
-
 from examples.cartpole_a2c.train import build_manager
+from parl.training.evaluation_stopper import EvalStopper
 
 
 def plot_curve(history: list[tuple[int, float, float]], path: Path) -> bool:

@@ -21,11 +21,11 @@ from parl.framework.agent_helper import (
 )
 from parl.framework.algorithm import Algorithm
 from parl.framework.communicator import Communicator
+from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import BatchStats, ComputationWrapper, WrapperConfig
 from parl.framework.errors import AgentError, RunStopped, TaskError, WrapperError
-from parl.framework.manager import Manager, ManagerConfig, RunReport, Runtime, TaskConfig
-from parl.framework.computation_task import ComputationTask
 from parl.framework.factories import create_algorithm_func
+from parl.framework.manager import Manager, ManagerConfig, RunReport, Runtime, TaskConfig
 from parl.framework.model import Model
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.layers.layer_func import LayerFunc, ParamSyncError

@@ -102,6 +102,9 @@ def check_fields(
         raise SpecError(
             f"task {task!r}: {group} must be a dict of arrays keyed by field name, got {type(data).__name__}"
         )
+    fast = _fast_check(data, specs, batch_size, batched)
+    if fast is not None:
+        return fast
     expected = {s.name for s in specs}
     missing = [s.name for s in specs if s.name not in data]
     extra = sorted(k for k in data if k not in expected)
@@ -125,6 +128,41 @@ def check_fields(
 
 
 _KINDS = {"f": "float", "i": "int", "u": "unsigned int", "b": "bool"}
+
+
+def _all_finite(arr: np.ndarray) -> bool:
+    # One BLAS call: NaN or inf anywhere makes the sum of squares non-finite. Huge finite
+    # values may overflow it, so a non-finite result is confirmed elementwise.
+    return bool(np.isfinite(np.vdot(arr, arr))) or bool(np.isfinite(arr).all())
+
+
+def _fast_check(
+    data: Mapping[str, object], specs: Sequence[FieldSpec], batch_size: int | None, batched: bool
+) -> dict[str, np.ndarray] | None:
+    """The common case, checked cheaply: exact keys, ndarray of the right dtype and shape, finite.
+
+    Returns None whenever anything differs, and the full check then names the mistake.
+    """
+    if len(data) != len(specs):
+        return None
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        arr = data.get(spec.name)
+        if type(arr) is not np.ndarray or arr.dtype != spec.np_dtype:
+            return None
+        if batched:
+            if arr.shape[1:] != spec.shape or arr.ndim != len(spec.shape) + 1:
+                return None
+            if batch_size is None:
+                batch_size = arr.shape[0]
+            elif arr.shape[0] != batch_size:
+                return None
+        elif arr.shape != spec.shape:
+            return None
+        if arr.dtype.kind == "f" and not spec.allow_nan and arr.size and not _all_finite(arr):
+            return None
+        out[spec.name] = arr
+    return out
 
 
 def _check_one(
@@ -162,7 +200,7 @@ def _check_one(
         raise SpecError(f"{where}: expected shape {shown}, got {arr.shape}")
     if arr.dtype != spec.np_dtype:
         arr = arr.astype(spec.np_dtype)
-    if want_kind == "f" and not spec.allow_nan and arr.size and not np.isfinite(arr).all():
+    if want_kind == "f" and not spec.allow_nan and arr.size and not _all_finite(arr):
         raise SpecError(f"{where}: contains NaN or inf, which this field does not allow (allow_nan=False)")
     return arr
 

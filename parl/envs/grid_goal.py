@@ -29,7 +29,7 @@ class GridTargetEnv(gym.Env[np.ndarray, int]):
         self.size = size
         self.max_steps = max_steps
         self.observation_space = gym.spaces.Box(0.0, 1.0, (4,), np.float32)
-        self.action_space = gym.spaces.Discrete(4)
+        self.action_space = gym.spaces.Discrete(4)  # type: ignore[assignment]
         self.pos = np.zeros(2, np.int64)
         self.target = np.zeros(2, np.int64)
         self.t = 0

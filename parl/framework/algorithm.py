@@ -14,7 +14,7 @@ from parl.framework.types import Prediction, TrainingBatch
 __all__ = ["Algorithm", "ModelFactory", "Tensors"]
 
 ModelFactory = Callable[[], Model]
-Tensors = dict[str, paddle.Tensor]
+Tensors = Mapping[str, paddle.Tensor]
 
 _EXTRA_KEY = "extra"
 

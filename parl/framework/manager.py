@@ -228,6 +228,39 @@ class Manager:
             agent.seed = self.config.seed + agent_id
         return agent
 
+    def _start_agents(self, runtime: AgentRuntime, control: RunControl) -> None:
+        c = self.config
+        if isinstance(runtime, ProcessRuntime):
+            # Workers start before any thread of ours, so a forked worker inherits no lock mid-use.
+            spec = RemoteAgentSpec(
+                tasks=[TaskSpecs.of(self.tasks[tc.name], tc.wrapper) for tc in self.task_configs],
+                helpers=[(tc.helper, tc.helper_config) for tc in self.task_configs],
+                agent_factory=self.agent_factory,
+                make_env=self.make_env,
+                seed=c.seed,
+                restart_failed_agents=c.restart_failed_agents,
+                max_restarts=c.max_restarts,
+            )
+            runtime.start_remote(
+                [self.tasks[tc.name] for tc in self.task_configs],
+                [self.wrappers[tc.name] for tc in self.task_configs],
+                spec,
+                c.num_agents,
+                control,
+            )
+            for w in self.wrappers.values():
+                w.start()
+        else:
+            self.slots = [
+                AgentSlot(i, lambda i=i: self._build_agent(i, runtime))  # type: ignore[misc]
+                for i in range(c.num_agents)
+            ]
+            for slot in self.slots:
+                slot.get()
+            for w in self.wrappers.values():
+                w.start()
+            runtime.start(self.slots, control)
+
     # -------------------------------------------------------------- running
     def run(self, stop_when: Callable[[RunControl], bool] | None = None) -> RunReport:
         """Run every agent until a budget in the config is used up, ``stop_when`` returns True,
@@ -251,36 +284,7 @@ class Manager:
                 wrapper = ComputationWrapper(self.tasks[tc.name], tc.wrapper)
                 wrapper.serve_predictions_in_thread = not runtime.serves_predictions
                 self.wrappers[tc.name] = wrapper
-            if isinstance(runtime, ProcessRuntime):
-                # Workers start before any thread of ours, so a forked worker inherits no lock mid-use.
-                spec = RemoteAgentSpec(
-                    tasks=[TaskSpecs.of(self.tasks[tc.name], tc.wrapper) for tc in self.task_configs],
-                    helpers=[(tc.helper, tc.helper_config) for tc in self.task_configs],
-                    agent_factory=self.agent_factory,
-                    make_env=self.make_env,
-                    seed=c.seed,
-                    restart_failed_agents=c.restart_failed_agents,
-                    max_restarts=c.max_restarts,
-                )
-                runtime.start_remote(
-                    [self.tasks[tc.name] for tc in self.task_configs],
-                    [self.wrappers[tc.name] for tc in self.task_configs],
-                    spec,
-                    c.num_agents,
-                    control,
-                )
-                for w in self.wrappers.values():
-                    w.start()
-            else:
-                self.slots = [
-                    AgentSlot(i, lambda i=i: self._build_agent(i, runtime))  # type: ignore[misc]
-                    for i in range(c.num_agents)
-                ]
-                for slot in self.slots:
-                    slot.get()
-                for w in self.wrappers.values():
-                    w.start()
-                runtime.start(self.slots, control)
+            self._start_agents(runtime, control)
             while runtime.alive():
                 if control.wait(c.poll_s):
                     break

@@ -194,9 +194,8 @@ class _RemoteWrapper:
             raise RunStopped("the run is stopping")
 
     def create_communicator(self, agent_id: int, return_queue_factory: Callable[[], Any], sink: Any) -> Communicator:
-        comm = Communicator(
-            agent_id, self, sink, _RemoteTrainingSink(self), return_queue_factory(), return_queue_factory()  # type: ignore[arg-type]
-        )
+        training = _RemoteTrainingSink(self)
+        comm = Communicator(agent_id, self, sink, training, return_queue_factory(), return_queue_factory())  # type: ignore[arg-type]
         self.comms[agent_id] = comm
         return comm
 
@@ -225,9 +224,9 @@ class _RemoteWrapper:
         except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
             status, payload = "error", (exc, traceback.format_exc())
         if status != "ok":
-            exc, tb = payload
+            error, tb = payload
             for comm, _ in items:
-                comm.put_prediction_return(Failure(exc, tb, "predict"))
+                comm.put_prediction_return(Failure(error, tb, "predict"))
             return
         out = self.reply.read(rows, copy=True)
         for i, (comm, _) in enumerate(items):
@@ -281,9 +280,9 @@ class _WorkerControl(RunControl):
         assert self.messenger is not None
         self.messenger.send(("episode", agent_id, episode_return, steps))
 
-    def agent_failed(self, agent_id: int, error: BaseException, tb: str) -> bool:
+    def agent_failed(self, agent_id: int, error: BaseException, tb: str, restartable: bool = True) -> bool:
         assert self.messenger is not None
-        restart = self.restart_failed_agents and self.restarts < self.max_restarts
+        restart = restartable and self.restart_failed_agents and self.restarts < self.max_restarts
         if restart:
             self.restarts += 1
         try:
@@ -305,6 +304,88 @@ def _picklable(error: BaseException) -> BaseException:
         return RuntimeError(f"{type(error).__name__}: {error}")
 
 
+class _Worker:
+    """The body of a worker process: builds its agents and runs them in a Hub."""
+
+    def __init__(
+        self,
+        worker: int,
+        agent_ids: list[int],
+        spec: RemoteAgentSpec,
+        channels: list[_TaskChannel],
+        pred_conn: mpc.Connection,
+        msg_conn: mpc.Connection,
+        stop_event: Any,
+    ) -> None:
+        self.worker, self.agent_ids, self.spec = worker, agent_ids, spec
+        self.msg_conn, self.stop_event = msg_conn, stop_event
+        self.messenger = _WorkerMessenger(msg_conn, stop_event)
+        self.wrappers = [_RemoteWrapper(i, t, channels[i], pred_conn, self.messenger) for i, t in enumerate(spec.tasks)]
+        self.hub = Hub(worker, poll_s=0.02)
+        self.control = _WorkerControl(
+            max(agent_ids) + 1 if agent_ids else 0,
+            restart_failed_agents=spec.restart_failed_agents,
+            max_restarts=spec.max_restarts,
+        )
+        self.control.messenger = self.messenger
+        self.comms: dict[tuple[int, int], Communicator] = {}
+
+    def build(self, agent_id: int) -> Agent:
+        helpers: dict[str, AgentHelper] = {}
+        for i, w in enumerate(self.wrappers):
+            comm = self.comms.get((i, agent_id))
+            if comm is None:
+                comm = w.create_communicator(agent_id, self.hub.return_queue, self.hub.sink(w))  # type: ignore[arg-type]
+                self.comms[(i, agent_id)] = comm
+            helper_cls, cfg = self.spec.helpers[i]
+            name = w.task.name
+            helpers[name] = helper_cls(name, comm) if cfg is None else helper_cls(name, comm, cfg)
+        env = self.spec.make_env(agent_id) if self.spec.make_env is not None else None
+        agent = self.spec.agent_factory(agent_id, env, helpers)
+        if agent.seed is None:
+            agent.seed = self.spec.seed + agent_id
+        return agent
+
+    def read_results(self) -> None:
+        while True:
+            try:
+                msg = self.msg_conn.recv()
+            except (EOFError, OSError):
+                self.stop_event.set()
+                return
+            if msg[0] == "learn_result":
+                _, task_index, agent_id, item = msg
+                self.comms[(task_index, agent_id)].put_training_return(item)
+
+    def report(self, msg: tuple[Any, ...]) -> None:
+        try:
+            self.messenger.send(msg)
+        except Exception:  # noqa: BLE001 - the learner may be gone already
+            logger.debug("worker %d could not send %s", self.worker, msg[0])
+
+    def run(self) -> None:
+        self.hub.slots = [AgentSlot(a, lambda a=a: self.build(a)) for a in self.agent_ids]  # type: ignore[misc]
+        threading.Thread(target=self.read_results, name=f"parl-worker-{self.worker}-reader", daemon=True).start()
+        try:
+            for slot in self.hub.slots:
+                slot.get()
+            self.hub._run(self.control)
+        except BaseException as exc:  # noqa: BLE001 - reported to the learner
+            first = self.agent_ids[0] if self.agent_ids else -1
+            self.report(("failure", first, _picklable(exc), traceback.format_exc(), False))
+        finally:
+            for slot in self.hub.slots:
+                if slot.agent is not None:
+                    try:
+                        slot.agent.close()
+                    except Exception:  # noqa: BLE001 - a broken env must not stop the shutdown
+                        logger.debug("closing agent %d failed", slot.agent_id, exc_info=True)
+            self.report(("exited", self.worker))
+            for w in self.wrappers:
+                w.request.close()
+                w.reply.close()
+
+
 def _worker_main(
     worker: int,
     agent_ids: list[int],
@@ -315,72 +396,7 @@ def _worker_main(
     stop_event: Any,
 ) -> None:
     """Entry point of a worker process."""
-    messenger = _WorkerMessenger(msg_conn, stop_event)
-    wrappers = [_RemoteWrapper(i, t, channels[i], pred_conn, messenger) for i, t in enumerate(spec.tasks)]
-    hub = Hub(worker)
-    control = _WorkerControl(len(agent_ids) and max(agent_ids) + 1, restart_failed_agents=spec.restart_failed_agents,
-                             max_restarts=spec.max_restarts)
-    control.messenger = messenger
-    comms: dict[tuple[int, int], Communicator] = {}
-
-    def build(agent_id: int) -> Agent:
-        helpers: dict[str, AgentHelper] = {}
-        for i, w in enumerate(wrappers):
-            comm = comms.get((i, agent_id))
-            if comm is None:
-                comm = w.create_communicator(agent_id, hub.return_queue, hub.sink(w))  # type: ignore[arg-type]
-                comms[(i, agent_id)] = comm
-            helper_cls, helper_cfg = spec.helpers[i]
-            helpers[w.task.name] = (
-                helper_cls(w.task.name, comm) if helper_cfg is None else helper_cls(w.task.name, comm, helper_cfg)
-            )
-        env = spec.make_env(agent_id) if spec.make_env is not None else None
-        agent = spec.agent_factory(agent_id, env, helpers)
-        if agent.seed is None:
-            agent.seed = spec.seed + agent_id
-        return agent
-
-    hub.slots = [AgentSlot(a, lambda a=a: build(a)) for a in agent_ids]  # type: ignore[misc]
-
-    def read_results() -> None:
-        while True:
-            try:
-                msg = msg_conn.recv()
-            except (EOFError, OSError):
-                stop_event.set()
-                return
-            if msg[0] == "learn_result":
-                _, task_index, agent_id, item = msg
-                comms[(task_index, agent_id)].put_training_return(item)
-            elif msg[0] == "shutdown":
-                return
-
-    reader = threading.Thread(target=read_results, name=f"parl-worker-{worker}-reader", daemon=True)
-    reader.start()
-    try:
-        for slot in hub.slots:
-            slot.get()
-        hub.poll_s = 0.02
-        hub._run(control)
-    except BaseException as exc:  # noqa: BLE001 - reported to the learner
-        try:
-            messenger.send(("failure", agent_ids[0] if agent_ids else -1, _picklable(exc), traceback.format_exc(), False))
-        except Exception:  # noqa: BLE001
-            pass
-    finally:
-        for slot in hub.slots:
-            if slot.agent is not None:
-                try:
-                    slot.agent.close()
-                except Exception:  # noqa: BLE001
-                    pass
-        try:
-            messenger.send(("exited", worker))
-        except Exception:  # noqa: BLE001
-            pass
-        for w in wrappers:
-            w.request.close()
-            w.reply.close()
+    _Worker(worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event).run()
 
 
 # --------------------------------------------------------------------------- learner side
@@ -425,7 +441,7 @@ class _WorkerLink:
 
     def start(self) -> None:
         rt = self.runtime
-        ctx = mp.get_context(rt.start_method)
+        ctx: Any = mp.get_context(rt.start_method)
         capacity = max(1, len(self.agent_ids))
         self.buffers = [
             (_SharedArrays(_request_specs(t), capacity), _SharedArrays(_reply_specs(t), capacity)) for t in rt.specs

@@ -1,0 +1,1 @@
+"""SAC on Pendulum-v1 with several agents sharing one replay-fed learner."""

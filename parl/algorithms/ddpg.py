@@ -1,0 +1,168 @@
+"""DDPG: deep deterministic policy gradient (Lillicrap et al., 2016)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import paddle
+
+from parl.algorithms.continuous import (
+    ActionScaler,
+    action_bounds,
+    continuous_action_spec,
+    frozen,
+    soft_update,
+    split_actor_critic_params,
+)
+from parl.algorithms.functional import td_target
+from parl.data.specs import zeros_for
+from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
+from parl.framework.model import Model
+from parl.framework.types import Prediction, TrainingBatch
+
+__all__ = ["DDPG", "DDPGConfig"]
+
+
+@dataclass
+class DDPGConfig:
+    """Settings of :class:`DDPG`."""
+
+    lr_actor: float = 1e-3
+    """Adam learning rate of the actor."""
+    lr_critic: float = 1e-3
+    """Adam learning rate of the critic."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Target networks move this fraction of the way to the online ones after every learn step."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian noise added to exploring actions, in normalised units (1 = half the action range)."""
+    random_action_samples: int = 0
+    """The first this many exploring predictions (samples, over all agents) are uniform random actions."""
+    action_low: float | Sequence[float] | None = None
+    """Lower action bound(s) of the environment; None: the model's ``action_low`` attribute."""
+    action_high: float | Sequence[float] | None = None
+    """Upper action bound(s) of the environment; None: the model's ``action_high`` attribute."""
+    seed: int | None = None
+    """Seed of the exploration noise."""
+
+    def __post_init__(self) -> None:
+        if self.lr_actor <= 0 or self.lr_critic <= 0:
+            raise ValueError(f"DDPGConfig learning rates must be positive, got {self.lr_actor}, {self.lr_critic}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"DDPGConfig.gamma must be in [0, 1], got {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"DDPGConfig.tau must be in (0, 1], got {self.tau}")
+        if self.exploration_noise < 0:
+            raise ValueError(f"DDPGConfig.exploration_noise must be >= 0, got {self.exploration_noise}")
+        if self.random_action_samples < 0:
+            raise ValueError(f"DDPGConfig.random_action_samples must be >= 0, got {self.random_action_samples}")
+
+
+class DDPG(Algorithm):
+    """DDPG for one continuous (box) action field, with target networks as a reference model.
+
+    The model provides ``policy(inputs) -> [B, D]`` in ``[-1, 1]`` (end it
+    with tanh) and a critic ``q1(inputs, action)`` returning ``[B]`` or
+    ``[B, 1]`` (a ``q2`` is not needed, so TD3's models fit unchanged);
+    the critic sees normalised actions. Actions leave ``predict`` scaled to
+    ``[action_low, action_high]``::
+
+        algo = DDPG(lambda: PendulumActorCritic(), DDPGConfig(action_low=-2.0, action_high=2.0))
+        task = ComputationTask("RL", algorithm=algo)
+        task.predict({"obs": obs[None]}, explore=False).actions["action"]     # the deterministic policy
+
+    ``learn`` updates the critic, then the actor, then soft-updates the
+    targets; it reports ``critic_loss``, ``actor_loss``, ``q_mean``,
+    ``target_q_mean`` and per sample ``td_error`` (``Q(s, a) - y``).
+    """
+
+    def __init__(self, model: Model | ModelFactory, config: DDPGConfig | None = None) -> None:
+        super().__init__(model)
+        self.config = c = config if config is not None else DDPGConfig()
+        spec = continuous_action_spec(self.model, "DDPG")
+        self.action_name, self.action_dim = spec.name, int(spec.shape[0])
+        low, high = action_bounds(self.model, c.action_low, c.action_high, "DDPG")
+        self.scaler = ActionScaler(low, high, self.action_dim)
+        self.target_model = self.create_reference_model("target")
+        inputs = {k: paddle.to_tensor(v) for k, v in zeros_for(self.model.input_specs(), 1).items()}
+        a = paddle.zeros([1, self.action_dim], "float32")
+        m = self.model
+        self.actor_params, self.critic_params = split_actor_critic_params(
+            m, lambda: m.policy(inputs), lambda: m.q1(inputs, a)  # type: ignore[operator]
+        )
+        self.actor_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_actor, parameters=self.actor_params)
+        self.critic_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_critic, parameters=self.critic_params)
+        self.learn_steps = 0
+        self.explored_samples = 0
+        self._rng = np.random.default_rng(c.seed)
+
+    def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
+        a = model.policy(inputs)  # type: ignore[operator]
+        if a.ndim != 2:
+            raise ValueError(f"{type(model).__name__}.policy must return [B, action_dim], got {list(a.shape)}")
+        q = model.q1(inputs, a)  # type: ignore[operator]
+        if q.ndim > 2 or (q.ndim == 2 and q.shape[1] != 1):
+            raise ValueError(f"{type(model).__name__}.q1 must return [B] or [B, 1], got {list(q.shape)}")
+
+    def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
+        a_t = self.model.policy(inputs).numpy()  # type: ignore[operator]
+        if explore:
+            if self.explored_samples < self.config.random_action_samples:
+                a_t = self._rng.uniform(-1.0, 1.0, a_t.shape)
+            else:
+                a_t = a_t + self.config.exploration_noise * self._rng.standard_normal(a_t.shape)
+            self.explored_samples += a_t.shape[0]
+        return Prediction(actions={self.action_name: self.scaler.to_env(a_t)})
+
+    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
+        c = self.config
+        m, target = self.model, self.target_model
+        r_t = next(iter(batch.rewards.values())).reshape([-1])
+        a_t = self.scaler.to_normalised(batch.actions[self.action_name])
+        with paddle.no_grad():
+            a_tp1 = target.policy(batch.next_inputs)  # type: ignore[operator]
+            q_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])  # type: ignore[operator]
+            y_t = td_target(r_t, q_tp1, batch.terminal, c.gamma)
+        q_t = m.q1(batch.inputs, a_t).reshape([-1])  # type: ignore[operator]
+        td_error = q_t - y_t
+        losses = td_error**2
+        if batch.weights is not None:
+            losses = losses * batch.weights
+        critic_loss = losses.mean()
+        self.apply_gradients(critic_loss, self.critic_optimizer)
+        with frozen(self.critic_params):
+            actor_loss = -m.q1(batch.inputs, m.policy(batch.inputs)).mean()  # type: ignore[operator]
+            self.apply_gradients(actor_loss, self.actor_optimizer)
+        soft_update(m, target, c.tau)
+        self.learn_steps += 1
+        return {
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "q_mean": q_t.mean().detach(),
+            "target_q_mean": y_t.mean(),
+            "td_error": td_error.detach(),
+        }
+
+    def checkpoint_items(self) -> dict[str, Any]:
+        items = super().checkpoint_items()
+        items["actor_optimizer"] = self.actor_optimizer
+        items["critic_optimizer"] = self.critic_optimizer
+        return items
+
+    def extra_state(self) -> dict[str, Any]:
+        """Learn-step and exploration counters and the noise RNG, saved in checkpoints."""
+        return {
+            "learn_steps": self.learn_steps,
+            "explored_samples": self.explored_samples,
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.learn_steps = int(state.get("learn_steps", 0))
+        self.explored_samples = int(state.get("explored_samples", 0))
+        if "rng" in state:
+            self._rng.bit_generator.state = state["rng"]

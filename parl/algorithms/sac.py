@@ -1,0 +1,252 @@
+"""SAC: soft actor-critic with automatic entropy tuning (Haarnoja et al., 2018a, 2018b)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import paddle
+
+from parl.algorithms.continuous import (
+    ActionScaler,
+    action_bounds,
+    continuous_action_spec,
+    frozen,
+    sac_alpha_loss,
+    soft_update,
+    split_actor_critic_params,
+    tanh_gaussian_sample,
+    twin_q_target,
+)
+from parl.data.specs import zeros_for
+from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
+from parl.framework.model import Model
+from parl.framework.types import Prediction, TrainingBatch
+
+__all__ = ["SAC", "SACConfig", "Temperature"]
+
+
+@dataclass
+class SACConfig:
+    """Settings of :class:`SAC`."""
+
+    lr_actor: float = 3e-4
+    """Adam learning rate of the actor."""
+    lr_critic: float = 3e-4
+    """Adam learning rate of the two critics."""
+    lr_alpha: float = 3e-4
+    """Adam learning rate of ``log alpha`` (automatic entropy tuning)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Target critics move this fraction of the way to the online ones at each target update."""
+    target_update_interval: int = 1
+    """Soft-update the targets every this many learn steps."""
+    initial_alpha: float = 1.0
+    """Entropy temperature at the start (kept fixed when ``auto_alpha`` is False)."""
+    auto_alpha: bool = True
+    """Tune alpha so that the policy's entropy tracks ``target_entropy``."""
+    target_entropy: float | None = None
+    """Entropy the temperature aims for; None: ``-action_dim``."""
+    log_std_min: float = -20.0
+    """The actor's ``log_std`` is clipped to ``[log_std_min, log_std_max]``."""
+    log_std_max: float = 2.0
+    """Upper clip of the actor's ``log_std``."""
+    random_action_samples: int = 0
+    """The first this many exploring predictions (samples, over all agents) are uniform random actions."""
+    action_low: float | Sequence[float] | None = None
+    """Lower action bound(s) of the environment; None: the model's ``action_low`` attribute."""
+    action_high: float | Sequence[float] | None = None
+    """Upper action bound(s) of the environment; None: the model's ``action_high`` attribute."""
+    seed: int | None = None
+    """Seed of action sampling."""
+
+    def __post_init__(self) -> None:
+        if min(self.lr_actor, self.lr_critic, self.lr_alpha) <= 0:
+            raise ValueError("SACConfig learning rates must be positive")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"SACConfig.gamma must be in [0, 1], got {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"SACConfig.tau must be in (0, 1], got {self.tau}")
+        if self.target_update_interval < 1:
+            raise ValueError(f"SACConfig.target_update_interval must be >= 1, got {self.target_update_interval}")
+        if self.initial_alpha <= 0:
+            raise ValueError(f"SACConfig.initial_alpha must be positive, got {self.initial_alpha}")
+        if self.log_std_min >= self.log_std_max:
+            raise ValueError("SACConfig needs log_std_min < log_std_max")
+        if self.random_action_samples < 0:
+            raise ValueError(f"SACConfig.random_action_samples must be >= 0, got {self.random_action_samples}")
+
+
+class Temperature(paddle.nn.Layer):
+    """Holds ``log_alpha``, SAC's entropy temperature, as a parameter (saved with checkpoints)."""
+
+    def __init__(self, initial_alpha: float) -> None:
+        super().__init__()
+        self.log_alpha = self.create_parameter(
+            [1], dtype="float32", default_initializer=paddle.nn.initializer.Constant(math.log(initial_alpha))
+        )
+
+    @property
+    def alpha(self) -> float:
+        """The current temperature ``exp(log_alpha)``."""
+        return float(paddle.exp(self.log_alpha))
+
+
+class SAC(Algorithm):
+    """Soft actor-critic for one continuous (box) action field.
+
+    The model provides ``policy(inputs) -> (mean, log_std)``, each ``[B, D]``,
+    the parameters of a Gaussian whose sample is squashed by tanh, and two
+    critics ``q1(inputs, action)``, ``q2(inputs, action)`` returning ``[B]``
+    or ``[B, 1]``; critics see normalised actions in ``[-1, 1]``. Actions
+    leave ``predict`` scaled to ``[action_low, action_high]``: sampled with
+    ``explore=True``, ``tanh(mean)`` with ``explore=False``::
+
+        algo = SAC(lambda: PendulumSACModel(), SACConfig(action_low=-2.0, action_high=2.0))
+        task = ComputationTask("RL", algorithm=algo)
+        task.predict({"obs": obs[None]}, explore=False).actions["action"]
+
+    ``learn`` updates the critics, the actor and (with ``auto_alpha``) the
+    temperature every call and soft-updates the target critics every
+    ``target_update_interval`` calls. It reports ``critic_loss``,
+    ``actor_loss``, ``alpha``, ``alpha_loss``, ``entropy`` (``-log pi`` of the
+    fresh actions), ``q1_mean``, ``q2_mean``, ``target_q_mean`` and per sample
+    ``td_error`` (``Q1(s, a) - y``).
+    """
+
+    def __init__(self, model: Model | ModelFactory, config: SACConfig | None = None) -> None:
+        super().__init__(model)
+        self.config = c = config if config is not None else SACConfig()
+        spec = continuous_action_spec(self.model, "SAC")
+        self.action_name, self.action_dim = spec.name, int(spec.shape[0])
+        low, high = action_bounds(self.model, c.action_low, c.action_high, "SAC")
+        self.scaler = ActionScaler(low, high, self.action_dim)
+        self.target_entropy = float(-self.action_dim if c.target_entropy is None else c.target_entropy)
+        self.target_model = self.create_reference_model("target")
+        inputs = {k: paddle.to_tensor(v) for k, v in zeros_for(self.model.input_specs(), 1).items()}
+        a = paddle.zeros([1, self.action_dim], "float32")
+        m = self.model
+        self.actor_params, self.critic_params = split_actor_critic_params(
+            m, lambda: m.policy(inputs), lambda: (m.q1(inputs, a), m.q2(inputs, a))  # type: ignore[operator]
+        )
+        self.actor_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_actor, parameters=self.actor_params)
+        self.critic_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_critic, parameters=self.critic_params)
+        self.temperature = Temperature(c.initial_alpha)
+        self.alpha_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_alpha, parameters=self.temperature.parameters())
+        self.learn_steps = 0
+        self.explored_samples = 0
+        self._rng = np.random.default_rng(c.seed)
+
+    def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
+        out = model.policy(inputs)  # type: ignore[operator]
+        if not isinstance(out, (tuple, list)) or len(out) != 2 or out[0].ndim != 2 or out[0].shape != out[1].shape:
+            raise ValueError(
+                f"{type(model).__name__}.policy must return (mean, log_std), each [B, action_dim]; got {out!r}"
+            )
+        a = paddle.tanh(out[0])
+        for name in ("q1", "q2"):
+            q = getattr(model, name)(inputs, a)
+            if q.ndim > 2 or (q.ndim == 2 and q.shape[1] != 1):
+                raise ValueError(f"{type(model).__name__}.{name} must return [B] or [B, 1], got {list(q.shape)}")
+
+    def _policy(self, inputs: Tensors) -> tuple[paddle.Tensor, paddle.Tensor]:
+        mean, log_std = self.model.policy(inputs)  # type: ignore[operator]
+        return mean, paddle.clip(log_std, self.config.log_std_min, self.config.log_std_max)
+
+    def _noise(self, shape: Sequence[int]) -> paddle.Tensor:
+        return paddle.to_tensor(self._rng.standard_normal(tuple(shape)).astype(np.float32))
+
+    def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
+        mean, log_std = self._policy(inputs)
+        if not explore:
+            a_t = np.tanh(mean.numpy())
+        elif self.explored_samples < self.config.random_action_samples:
+            a_t = self._rng.uniform(-1.0, 1.0, tuple(mean.shape))
+        else:
+            a_t = tanh_gaussian_sample(mean, log_std, self._noise(mean.shape))[0].numpy()
+        if explore:
+            self.explored_samples += a_t.shape[0]
+        return Prediction(actions={self.action_name: self.scaler.to_env(a_t)})
+
+    @property
+    def alpha(self) -> float:
+        """The current entropy temperature."""
+        return self.temperature.alpha
+
+    def _min_q(self, model: Model, inputs: Tensors, a: paddle.Tensor) -> paddle.Tensor:
+        q1 = model.q1(inputs, a).reshape([-1])  # type: ignore[operator]
+        q2 = model.q2(inputs, a).reshape([-1])  # type: ignore[operator]
+        return paddle.minimum(q1, q2)
+
+    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
+        c = self.config
+        m, target = self.model, self.target_model
+        alpha = paddle.exp(self.temperature.log_alpha).detach()
+        r_t = next(iter(batch.rewards.values())).reshape([-1])
+        a_t = self.scaler.to_normalised(batch.actions[self.action_name])
+        with paddle.no_grad():
+            mean_tp1, log_std_tp1 = self._policy(batch.next_inputs)
+            a_tp1, logp_tp1 = tanh_gaussian_sample(mean_tp1, log_std_tp1, self._noise(mean_tp1.shape))
+            q1_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])  # type: ignore[operator]
+            q2_tp1 = target.q2(batch.next_inputs, a_tp1).reshape([-1])  # type: ignore[operator]
+            y_t = twin_q_target(r_t, q1_tp1, q2_tp1, batch.terminal, c.gamma, -alpha * logp_tp1)
+        q1_t = m.q1(batch.inputs, a_t).reshape([-1])  # type: ignore[operator]
+        q2_t = m.q2(batch.inputs, a_t).reshape([-1])  # type: ignore[operator]
+        td_error = q1_t - y_t
+        losses = 0.5 * (td_error**2 + (q2_t - y_t) ** 2)
+        if batch.weights is not None:
+            losses = losses * batch.weights
+        critic_loss = losses.mean()
+        self.apply_gradients(critic_loss, self.critic_optimizer)
+
+        with frozen(self.critic_params):
+            mean_t, log_std_t = self._policy(batch.inputs)
+            a_new, logp_t = tanh_gaussian_sample(mean_t, log_std_t, self._noise(mean_t.shape))
+            actor_loss = (alpha * logp_t - self._min_q(m, batch.inputs, a_new)).mean()
+            self.apply_gradients(actor_loss, self.actor_optimizer)
+        out = {
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": actor_loss.detach(),
+            "entropy": -logp_t.mean().detach(),
+            "q1_mean": q1_t.mean().detach(),
+            "q2_mean": q2_t.mean().detach(),
+            "target_q_mean": y_t.mean(),
+            "td_error": td_error.detach(),
+        }
+        if c.auto_alpha:
+            alpha_loss = sac_alpha_loss(self.temperature.log_alpha, logp_t, self.target_entropy)
+            self.apply_gradients(alpha_loss, self.alpha_optimizer)
+            out["alpha_loss"] = alpha_loss.detach()
+        else:
+            out["alpha_loss"] = paddle.zeros([], "float32")
+        out["alpha"] = alpha.reshape([])
+        self.learn_steps += 1
+        if self.learn_steps % c.target_update_interval == 0:
+            soft_update(m, target, c.tau)
+        return out
+
+    def checkpoint_items(self) -> dict[str, Any]:
+        items = super().checkpoint_items()
+        items["actor_optimizer"] = self.actor_optimizer
+        items["critic_optimizer"] = self.critic_optimizer
+        items["temperature"] = self.temperature
+        items["alpha_optimizer"] = self.alpha_optimizer
+        return items
+
+    def extra_state(self) -> dict[str, Any]:
+        """Learn-step and exploration counters and the sampling RNG, saved in checkpoints."""
+        return {
+            "learn_steps": self.learn_steps,
+            "explored_samples": self.explored_samples,
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.learn_steps = int(state.get("learn_steps", 0))
+        self.explored_samples = int(state.get("explored_samples", 0))
+        if "rng" in state:
+            self._rng.bit_generator.state = state["rng"]

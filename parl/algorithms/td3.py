@@ -1,0 +1,190 @@
+"""TD3: twin delayed deep deterministic policy gradient (Fujimoto et al., 2018)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import paddle
+
+from parl.algorithms.continuous import (
+    ActionScaler,
+    action_bounds,
+    continuous_action_spec,
+    frozen,
+    smoothed_target_action,
+    soft_update,
+    split_actor_critic_params,
+    twin_q_target,
+)
+from parl.data.specs import zeros_for
+from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
+from parl.framework.model import Model
+from parl.framework.types import Prediction, TrainingBatch
+
+__all__ = ["TD3", "TD3Config"]
+
+
+@dataclass
+class TD3Config:
+    """Settings of :class:`TD3`."""
+
+    lr_actor: float = 1e-3
+    """Adam learning rate of the actor."""
+    lr_critic: float = 1e-3
+    """Adam learning rate of the two critics."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Target networks move this fraction of the way to the online ones at each actor update."""
+    policy_delay: int = 2
+    """Update the actor and the targets once every this many critic updates."""
+    target_noise: float = 0.2
+    """Std of the Gaussian noise added to the target action (target policy smoothing), normalised units."""
+    target_noise_clip: float = 0.5
+    """The target-action noise is clipped to ``[-target_noise_clip, target_noise_clip]``."""
+    exploration_noise: float = 0.1
+    """Std of the Gaussian noise added to exploring actions, in normalised units (1 = half the action range)."""
+    random_action_samples: int = 0
+    """The first this many exploring predictions (samples, over all agents) are uniform random actions."""
+    action_low: float | Sequence[float] | None = None
+    """Lower action bound(s) of the environment; None: the model's ``action_low`` attribute."""
+    action_high: float | Sequence[float] | None = None
+    """Upper action bound(s) of the environment; None: the model's ``action_high`` attribute."""
+    seed: int | None = None
+    """Seed of exploration and target-smoothing noise."""
+
+    def __post_init__(self) -> None:
+        if self.lr_actor <= 0 or self.lr_critic <= 0:
+            raise ValueError(f"TD3Config learning rates must be positive, got {self.lr_actor}, {self.lr_critic}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"TD3Config.gamma must be in [0, 1], got {self.gamma}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"TD3Config.tau must be in (0, 1], got {self.tau}")
+        if self.policy_delay < 1:
+            raise ValueError(f"TD3Config.policy_delay must be >= 1, got {self.policy_delay}")
+        if self.target_noise < 0 or self.target_noise_clip < 0 or self.exploration_noise < 0:
+            raise ValueError("TD3Config noise settings must be >= 0")
+        if self.random_action_samples < 0:
+            raise ValueError(f"TD3Config.random_action_samples must be >= 0, got {self.random_action_samples}")
+
+
+class TD3(Algorithm):
+    """TD3 for one continuous (box) action field, with target networks as a reference model.
+
+    The model provides ``policy(inputs) -> [B, D]`` in ``[-1, 1]`` (end it
+    with tanh) and two critics ``q1(inputs, action)``, ``q2(inputs, action)``
+    returning ``[B]`` or ``[B, 1]``; critics see normalised actions. Actions
+    leave ``predict`` scaled to ``[action_low, action_high]``::
+
+        algo = TD3(lambda: PendulumActorCritic(), TD3Config(action_low=-2.0, action_high=2.0))
+        task = ComputationTask("RL", algorithm=algo)
+        task.predict({"obs": obs[None]}, explore=True).actions["action"]    # policy + Gaussian noise
+
+    ``learn`` updates the critics every call and the actor and the targets
+    every ``policy_delay`` calls; it reports ``critic_loss``, ``actor_loss``
+    (of the latest actor update), ``q1_mean``, ``q2_mean``, ``target_q_mean``
+    and per sample ``td_error`` (``Q1(s, a) - y``).
+    """
+
+    def __init__(self, model: Model | ModelFactory, config: TD3Config | None = None) -> None:
+        super().__init__(model)
+        self.config = c = config if config is not None else TD3Config()
+        spec = continuous_action_spec(self.model, "TD3")
+        self.action_name, self.action_dim = spec.name, int(spec.shape[0])
+        low, high = action_bounds(self.model, c.action_low, c.action_high, "TD3")
+        self.scaler = ActionScaler(low, high, self.action_dim)
+        self.target_model = self.create_reference_model("target")
+        inputs = {k: paddle.to_tensor(v) for k, v in zeros_for(self.model.input_specs(), 1).items()}
+        a = paddle.zeros([1, self.action_dim], "float32")
+        m = self.model
+        self.actor_params, self.critic_params = split_actor_critic_params(
+            m, lambda: m.policy(inputs), lambda: (m.q1(inputs, a), m.q2(inputs, a))  # type: ignore[operator]
+        )
+        self.actor_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_actor, parameters=self.actor_params)
+        self.critic_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_critic, parameters=self.critic_params)
+        self.learn_steps = 0
+        self.explored_samples = 0
+        self.last_actor_loss = 0.0
+        self._rng = np.random.default_rng(c.seed)
+
+    def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
+        a = model.policy(inputs)  # type: ignore[operator]
+        if a.ndim != 2:
+            raise ValueError(f"{type(model).__name__}.policy must return [B, action_dim], got {list(a.shape)}")
+        for name in ("q1", "q2"):
+            q = getattr(model, name)(inputs, a)
+            if q.ndim > 2 or (q.ndim == 2 and q.shape[1] != 1):
+                raise ValueError(f"{type(model).__name__}.{name} must return [B] or [B, 1], got {list(q.shape)}")
+
+    def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
+        a_t = self.model.policy(inputs).numpy()  # type: ignore[operator]
+        if explore:
+            if self.explored_samples < self.config.random_action_samples:
+                a_t = self._rng.uniform(-1.0, 1.0, a_t.shape)
+            else:
+                a_t = a_t + self.config.exploration_noise * self._rng.standard_normal(a_t.shape)
+            self.explored_samples += a_t.shape[0]
+        return Prediction(actions={self.action_name: self.scaler.to_env(a_t)})
+
+    def _noise(self, shape: Sequence[int]) -> paddle.Tensor:
+        return paddle.to_tensor(self._rng.standard_normal(tuple(shape)).astype(np.float32))
+
+    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
+        c = self.config
+        m, target = self.model, self.target_model
+        r_t = next(iter(batch.rewards.values())).reshape([-1])
+        a_t = self.scaler.to_normalised(batch.actions[self.action_name])
+        with paddle.no_grad():
+            a_tp1 = target.policy(batch.next_inputs)  # type: ignore[operator]
+            a_tp1 = smoothed_target_action(a_tp1, self._noise(a_tp1.shape), c.target_noise, c.target_noise_clip)
+            q1_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])  # type: ignore[operator]
+            q2_tp1 = target.q2(batch.next_inputs, a_tp1).reshape([-1])  # type: ignore[operator]
+            y_t = twin_q_target(r_t, q1_tp1, q2_tp1, batch.terminal, c.gamma)
+        q1_t = m.q1(batch.inputs, a_t).reshape([-1])  # type: ignore[operator]
+        q2_t = m.q2(batch.inputs, a_t).reshape([-1])  # type: ignore[operator]
+        td_error = q1_t - y_t
+        losses = td_error**2 + (q2_t - y_t) ** 2
+        if batch.weights is not None:
+            losses = losses * batch.weights
+        critic_loss = losses.mean()
+        self.apply_gradients(critic_loss, self.critic_optimizer)
+        if self.learn_steps % c.policy_delay == 0:
+            with frozen(self.critic_params):
+                actor_loss = -m.q1(batch.inputs, m.policy(batch.inputs)).mean()  # type: ignore[operator]
+                self.apply_gradients(actor_loss, self.actor_optimizer)
+            self.last_actor_loss = float(actor_loss)
+            soft_update(m, target, c.tau)
+        self.learn_steps += 1
+        return {
+            "critic_loss": critic_loss.detach(),
+            "actor_loss": paddle.to_tensor(self.last_actor_loss, dtype="float32"),
+            "q1_mean": q1_t.mean().detach(),
+            "q2_mean": q2_t.mean().detach(),
+            "target_q_mean": y_t.mean(),
+            "td_error": td_error.detach(),
+        }
+
+    def checkpoint_items(self) -> dict[str, Any]:
+        items = super().checkpoint_items()
+        items["actor_optimizer"] = self.actor_optimizer
+        items["critic_optimizer"] = self.critic_optimizer
+        return items
+
+    def extra_state(self) -> dict[str, Any]:
+        """Learn-step and exploration counters and the noise RNG, saved in checkpoints."""
+        return {
+            "learn_steps": self.learn_steps,
+            "explored_samples": self.explored_samples,
+            "last_actor_loss": self.last_actor_loss,
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def set_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.learn_steps = int(state.get("learn_steps", 0))
+        self.explored_samples = int(state.get("explored_samples", 0))
+        self.last_actor_loss = float(state.get("last_actor_loss", 0.0))
+        if "rng" in state:
+            self._rng.bit_generator.state = state["rng"]

@@ -1,0 +1,289 @@
+"""Batching in the agent group: every request answered, batched, and each agent gets exactly its rows."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import paddle
+import pytest
+from test_agent_group_fakes import (
+    RUNTIMES,
+    EchoAlgorithm,
+    StepAgent,
+    counter_envs,
+    echo_task_config,
+    expected_action,
+    make_batch,
+)
+
+import parl
+from parl import layers
+from parl.data.specs import FieldSpec
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class ThreeEpisodeAgent(StepAgent):
+    episodes_limit = 3
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_64_agents_every_prediction_answered_batched_and_exact(runtime: str) -> None:
+    algo = EchoAlgorithm()
+    manager = parl.Manager(
+        [echo_task_config(algo, wrapper=parl.WrapperConfig(max_batch_size=48))],
+        ThreeEpisodeAgent,
+        counter_envs(length=20),
+        parl.ManagerConfig(num_agents=64, runtime=runtime, max_seconds=60),
+    )
+    report = manager.run()
+    agents = [slot.agent for slot in manager.slots]
+    made = sum(len(a.records) for a in agents)  # type: ignore[union-attr]
+    assert made == 64 * 3 * 20 == report.steps
+    assert report.episodes == 64 * 3
+    stats = report.prediction_stats["RL"]
+    # Every request was answered, once: the samples served are exactly the predictions the agents got.
+    assert stats.samples == made and stats.requests == made
+    assert sum(algo.predict_sizes) == made
+    # Requests were batched, within the limit.
+    assert stats.max_batch > 1 and stats.mean_batch > 1
+    assert stats.max_batch <= 48 and max(algo.predict_sizes) <= 48
+    task = manager.tasks["RL"]
+    single_calls: dict[tuple[float, ...], parl.Prediction] = {}  # episodes repeat observations
+    for agent in agents:
+        assert agent is not None
+        for obs, action, echo in agent.records:
+            assert obs[0] == agent.agent_id  # this agent's own observation came back
+            key = tuple(obs.tolist())
+            if key not in single_calls:
+                single_calls[key] = task.predict({"obs": obs[None]})
+            single = single_calls[key]
+            assert int(single.actions["action"][0]) == action == int(expected_action(obs)[0])
+            np.testing.assert_array_equal(echo, obs * 2.0)
+            np.testing.assert_array_equal(single.extras["echo"][0], echo)
+    assert len(single_calls) == 64 * 20
+
+
+class SmallQ(parl.Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = layers.fc(size=16, act="relu")
+        self.q = layers.fc(size=4)
+
+    def input_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("obs", (2,), "float32")]
+
+    def action_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("action", (), "int64")]
+
+    def value(self, inputs: dict[str, paddle.Tensor]) -> paddle.Tensor:
+        return self.q(self.h(inputs["obs"] / 10.0))
+
+
+class GreedyAgent(parl.Agent):
+    """Acts greedily through a DQN task and records (obs, action, Q-values)."""
+
+    def __init__(self, agent_id, env, helpers) -> None:
+        super().__init__(agent_id, env, helpers)
+        self.records: list[tuple[np.ndarray, int, np.ndarray]] = []
+
+    def run_one_episode(self) -> float:
+        if self.episodes >= 2:
+            raise parl.RunStopped("done")
+        helper = self.helpers["RL"]
+        obs = self.reset_env()
+        while True:
+            action = helper.predict({"obs": obs}, explore=False)["action"]
+            assert helper.last_prediction is not None
+            self.records.append((obs.copy(), int(action), helper.last_prediction.extras["q"][0].copy()))
+            step = self.env_step(int(action) % 4)
+            obs = step.obs
+            if step.done:
+                return self.episode_return
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_dqn_greedy_batched_predictions_equal_per_agent_calls(runtime: str) -> None:
+    paddle.seed(3)
+    algo = parl.DQN(lambda: SmallQ(), parl.DQNConfig(seed=0))
+    manager = parl.Manager(
+        [parl.TaskConfig("RL", algo, parl.AgentHelper)],
+        GreedyAgent,
+        counter_envs(length=15),
+        parl.ManagerConfig(num_agents=16, runtime=runtime, max_seconds=60),
+    )
+    report = manager.run()
+    records = [(a.agent_id, r) for a in (s.agent for s in manager.slots) for r in a.records]  # type: ignore[union-attr]
+    assert len(records) == 16 * 2 * 15 == report.prediction_stats["RL"].samples
+    assert report.prediction_stats["RL"].max_batch > 1
+    task = manager.tasks["RL"]
+    for agent_id, (obs, action, q) in records:
+        assert obs[0] == agent_id
+        single = task.predict({"obs": obs[None]}, explore=False)
+        assert int(single.actions["action"][0]) == action
+        np.testing.assert_allclose(single.extras["q"][0], q, rtol=1e-5, atol=1e-6)
+
+
+class RowsHelper(parl.AgentHelper):
+    """Sends hand-made training batches."""
+
+    def send_rows(self, rows: np.ndarray, rewards: np.ndarray) -> parl.LearnResult:
+        return self._send(make_batch(rows, rewards))
+
+
+class TrainingAgent(parl.Agent):
+    """Sends 6 training requests of 1 to 4 rows each, all values derived from its id, and keeps the answers."""
+
+    calls = 6
+
+    def __init__(self, agent_id, env, helpers) -> None:
+        super().__init__(agent_id, env, helpers)
+        self.sent: list[tuple[np.ndarray, np.ndarray, parl.LearnResult]] = []
+
+    def run_one_episode(self) -> float:
+        if self.episodes >= 1:
+            raise parl.RunStopped("done")
+        helper = self.helpers["RL"]
+        assert isinstance(helper, RowsHelper)
+        for j in range(self.calls):
+            n = 1 + (self.agent_id + j) % 4
+            rows = np.stack([np.full(n, self.agent_id), 100 * j + np.arange(n)], axis=1).astype(np.float32)
+            rewards = (self.agent_id * 1000 + 10 * j + np.arange(n)).astype(np.float32)
+            self.sent.append((rows, rewards, helper.send_rows(rows, rewards)))
+        return 0.0
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_training_each_agent_gets_exactly_its_rows_and_batches_respect_limits(runtime: str) -> None:
+    algo = EchoAlgorithm()
+    wrapper = parl.WrapperConfig(min_train_batch_size=8, max_train_batch_size=12, train_max_wait_s=0.3)
+    manager = parl.Manager(
+        [echo_task_config(algo, helper=RowsHelper, wrapper=wrapper)],
+        TrainingAgent,
+        None,
+        parl.ManagerConfig(num_agents=16, runtime=runtime, max_seconds=60),
+    )
+    report = manager.run()
+    total = 0
+    for slot in manager.slots:
+        agent = slot.agent
+        assert isinstance(agent, TrainingAgent) and len(agent.sent) == TrainingAgent.calls
+        for rows, rewards, result in agent.sent:
+            total += len(rows)
+            np.testing.assert_array_equal(result.per_sample["obs_echo"], rows)
+            np.testing.assert_array_equal(result.per_sample["reward_echo"], rewards)
+            np.testing.assert_array_equal(result.per_sample["action_echo"], expected_action(rows))
+            # The metric is the size of the batch this request was learned in: at least its own rows.
+            assert len(rows) <= result.metrics["loss"] <= 12
+    stats = report.training_stats["RL"]
+    assert stats.samples == total == sum(algo.learn_sizes)
+    assert stats.requests == 16 * TrainingAgent.calls
+    assert max(algo.learn_sizes) <= 12
+    # Sizes count samples: batches reach the minimum of 8 samples whenever enough agents are sending;
+    # only the tail of the run (too few requests left) may be smaller, after train_max_wait_s.
+    small = [s for s in algo.learn_sizes if s < 8]
+    assert len(small) <= 3, algo.learn_sizes
+    assert stats.mean_batch >= 8
+
+
+def _direct_wrapper(config: parl.WrapperConfig, algo: EchoAlgorithm | None = None) -> parl.ComputationWrapper:
+    task = parl.ComputationTask("RL", algo if algo is not None else EchoAlgorithm())
+    return parl.ComputationWrapper(task, config)
+
+
+def _rows(agent_id: int, n: int) -> np.ndarray:
+    return np.stack([np.full(n, agent_id), np.arange(n)], axis=1).astype(np.float32)
+
+
+def test_min_train_batch_size_counts_samples_not_requests() -> None:
+    algo = EchoAlgorithm()
+    wrapper = _direct_wrapper(
+        parl.WrapperConfig(min_train_batch_size=5, max_train_batch_size=64, train_max_wait_s=30.0, poll_s=0.01), algo
+    )
+    comms = [wrapper.create_communicator(i) for i in range(3)]
+    wrapper.start()
+    try:
+        comms[0].put_training_data(make_batch(_rows(0, 2), np.zeros(2)))
+        comms[1].put_training_data(make_batch(_rows(1, 2), np.ones(2)))
+        time.sleep(0.3)
+        # Two requests, four samples: below the minimum of five samples, nothing is learned yet.
+        assert wrapper.training_stats.calls == 0 and algo.learn_sizes == []
+        comms[2].put_training_data(make_batch(_rows(2, 2), np.full(2, 2.0)))
+        results = [c.get_training_return() for c in comms]
+    finally:
+        wrapper.stop()
+    assert algo.learn_sizes == [6]
+    for i, result in enumerate(results):
+        np.testing.assert_array_equal(result.per_sample["obs_echo"], _rows(i, 2))
+        np.testing.assert_array_equal(result.per_sample["reward_echo"], np.full(2, float(i)))
+    assert not wrapper.running
+
+
+def test_training_does_not_wait_once_the_minimum_is_reached() -> None:
+    wrapper = _direct_wrapper(parl.WrapperConfig(min_train_batch_size=2, train_max_wait_s=30.0, poll_s=0.01))
+    comm = wrapper.create_communicator(0)
+    wrapper.start()
+    try:
+        start = time.monotonic()
+        comm.put_training_data(make_batch(_rows(0, 3), np.zeros(3)))
+        result = comm.get_training_return()
+        assert time.monotonic() - start < 2.0
+    finally:
+        wrapper.stop()
+    np.testing.assert_array_equal(result.per_sample["obs_echo"], _rows(0, 3))
+
+
+def test_max_train_batch_size_splits_by_samples_and_serves_an_oversized_request_alone() -> None:
+    algo = EchoAlgorithm()
+    wrapper = _direct_wrapper(
+        parl.WrapperConfig(min_train_batch_size=1, max_train_batch_size=7, train_max_wait_s=0.0), algo
+    )
+    sizes = [3, 3, 3, 10, 2]
+    comms = [wrapper.create_communicator(i) for i in range(len(sizes))]
+    for i, (comm, n) in enumerate(zip(comms, sizes)):  # queued before the loop starts: deterministic packing
+        comm.put_training_data(make_batch(_rows(i, n), np.full(n, float(i))))
+    wrapper.start()
+    try:
+        results = [c.get_training_return() for c in comms]
+    finally:
+        wrapper.stop()
+    assert algo.learn_sizes == [6, 3, 10, 2]
+    for i, (result, n) in enumerate(zip(results, sizes)):
+        np.testing.assert_array_equal(result.per_sample["obs_echo"], _rows(i, n))
+
+
+def test_prediction_max_batch_size_counts_samples() -> None:
+    algo = EchoAlgorithm()
+    wrapper = _direct_wrapper(parl.WrapperConfig(max_batch_size=7, max_wait_s=0.0), algo)
+    comms = [wrapper.create_communicator(i) for i in range(5)]
+    for i, comm in enumerate(comms):
+        comm.put_prediction_data({"obs": _rows(i, 3)}, {})
+    wrapper.start()
+    try:
+        preds = [c.get_prediction_return() for c in comms]
+    finally:
+        wrapper.stop()
+    assert algo.predict_sizes == [6, 6, 3]
+    assert wrapper.prediction_stats.histogram == {6: 2, 3: 1}
+    assert wrapper.prediction_stats.max_batch == 6
+    for i, pred in enumerate(preds):
+        np.testing.assert_array_equal(pred.actions["action"], expected_action(_rows(i, 3)))
+        np.testing.assert_array_equal(pred.extras["echo"], _rows(i, 3) * 2)
+
+
+def test_explore_and_greedy_requests_are_served_in_separate_calls() -> None:
+    algo = EchoAlgorithm()
+    wrapper = _direct_wrapper(parl.WrapperConfig(max_wait_s=0.0), algo)
+    comms = [wrapper.create_communicator(i) for i in range(4)]
+    for i, comm in enumerate(comms):
+        comm.put_prediction_data({"obs": _rows(i, 1)}, {}, explore=i % 2 == 0)
+    wrapper.start()
+    try:
+        preds = [c.get_prediction_return() for c in comms]
+    finally:
+        wrapper.stop()
+    assert sorted(algo.predict_sizes) == [2, 2]
+    for i, pred in enumerate(preds):
+        np.testing.assert_array_equal(pred.extras["echo"], _rows(i, 1) * 2)
+

@@ -1,0 +1,189 @@
+"""The process runtime: agents in worker processes, tasks here, same agent code."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import parl
+from examples.cartpole_dqn.model import CartPoleQModel
+from parl.agents import GymAgent
+from parl.runtimes.processes import ProcessRuntime
+
+
+def _dqn_task(helper: type = parl.ExpReplayHelper, helper_config: object = None) -> parl.TaskConfig:
+    algo = parl.DQN(lambda: CartPoleQModel(32), parl.DQNConfig(epsilon_decay_samples=500))
+    cfg = helper_config if helper_config is not None else parl.ExpReplayConfig(learning_starts=50, learn_every=8)
+    return parl.TaskConfig("RL", algo, helper, cfg)
+
+
+def _manager(config: parl.ManagerConfig, agent: type = GymAgent, task: parl.TaskConfig | None = None) -> parl.Manager:
+    return parl.Manager([task or _dqn_task()], agent, lambda i: gym.make("CartPole-v1"), config)
+
+
+def _no_children_left() -> bool:
+    deadline = time.monotonic() + 2.0
+    while mp.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not mp.active_children()
+
+
+@pytest.mark.timeout(60)
+def test_process_runtime_runs_predicts_and_learns() -> None:
+    threads_before = set(threading.enumerate())
+    m = _manager(parl.ManagerConfig(num_agents=8, runtime="processes", num_workers=2, max_steps=3_000))
+    report = m.run()
+    assert report.steps >= 3_000
+    assert set(report.returns) == set(range(8))
+    assert all(len(r) > 0 for r in report.returns.values())  # every agent, in both workers, finished episodes
+    stats = report.prediction_stats["RL"]
+    assert stats.samples >= 3_000
+    assert stats.max_batch > 1  # one message per worker round carries many agents
+    assert report.training_stats["RL"].calls > 0
+    assert np.isfinite(report.last_metrics["RL"]["loss"])
+    assert _no_children_left()
+    time.sleep(0.1)
+    assert set(threading.enumerate()) <= threads_before
+
+
+class _RecordingGreedy(parl.Algorithm):
+    """Greedy Q actions; ``learn`` records the (inputs, actions) pairs the agents send back."""
+
+    def __init__(self, model: parl.Model) -> None:
+        super().__init__(model)
+        self.seen: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def warm_up(self, model: parl.Model, inputs: dict, states: dict) -> None:
+        model.value(inputs)  # type: ignore[operator]
+
+    def predict(self, inputs: dict, states: dict, explore: bool) -> parl.Prediction:
+        return parl.Prediction(actions={"action": self.model.value(inputs).argmax(axis=-1)})  # type: ignore[operator]
+
+    def learn(self, batch: parl.TrainingBatch) -> dict:
+        self.seen.append((batch.inputs["obs"].numpy(), batch.actions["action"].numpy()))
+        return {}
+
+
+class _Greedy(GymAgent):
+    def run_one_episode(self) -> float:
+        helper = self.helpers["RL"]
+        obs = np.asarray(self.reset_env(), np.float32)
+        while True:
+            action = helper.predict({"obs": obs}, explore=False)["action"]
+            step = self.env_step(action)
+            helper.store_data({"obs": obs}, {"action": action}, step.reward)
+            obs = np.asarray(step.obs, np.float32)
+            if step.done:
+                helper.store_final({"obs": obs}, step.terminated)
+                return self.episode_return
+
+
+@pytest.mark.timeout(60)
+def test_process_runtime_matches_in_process_predictions() -> None:
+    """Actions that came through shared memory equal the task's own prediction for the same inputs."""
+    algo = _RecordingGreedy(CartPoleQModel(32))
+    task = parl.TaskConfig("RL", algo, parl.OnPolicyHelper, parl.OnPolicyConfig(sample_interval=5))
+    m = _manager(parl.ManagerConfig(num_agents=6, runtime="processes", num_workers=2, max_episodes=12), _Greedy, task)
+    report = m.run()
+    assert report.episodes >= 12
+    obs = np.concatenate([o for o, _ in algo.seen])
+    actions = np.concatenate([a for _, a in algo.seen])
+    assert obs.shape[0] >= 100
+    expected = m.tasks["RL"].predict({"obs": obs}, explore=False).actions["action"]
+    np.testing.assert_array_equal(actions, expected)
+
+
+class _Crash(parl.Agent):
+    def run_one_episode(self) -> float:
+        obs = np.asarray(self.reset_env(), np.float32)
+        self.helpers["RL"].predict({"obs": obs})
+        if self.agent_id == 3:
+            raise RuntimeError("boom in agent three")
+        step = self.env_step(0)
+        return step.reward
+
+
+@pytest.mark.timeout(60)
+def test_agent_exception_in_worker_reaches_caller_with_id_and_traceback() -> None:
+    m = _manager(parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_episodes=1_000), _Crash)
+    with pytest.raises(parl.AgentError) as info:
+        m.run()
+    assert info.value.agent_id == 3
+    assert "boom in agent three" in str(info.value)
+    assert "run_one_episode" in info.value.traceback_text
+    assert _no_children_left()
+
+
+@pytest.mark.timeout(60)
+def test_killed_worker_is_reported() -> None:
+    m = _manager(parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_seconds=30))
+
+    def kill_once(control: parl.runtimes.control.RunControl) -> bool:
+        runtime = m.runtime
+        if isinstance(runtime, ProcessRuntime) and control.steps > 200 and not getattr(kill_once, "done", False):
+            os.kill(runtime.links[0].process.pid, signal.SIGKILL)
+            kill_once.done = True  # type: ignore[attr-defined]
+        return False
+
+    start = time.monotonic()
+    with pytest.raises(parl.AgentError, match="worker process 0"):
+        m.run(stop_when=kill_once)
+    assert time.monotonic() - start < 25  # detected within seconds, not at the time budget
+    assert _no_children_left()
+
+
+@pytest.mark.timeout(90)
+def test_killed_worker_is_restarted_and_run_completes() -> None:
+    m = _manager(
+        parl.ManagerConfig(
+            num_agents=4, runtime="processes", num_workers=2, max_steps=4_000, restart_failed_agents=True
+        )
+    )
+
+    def kill_once(control: parl.runtimes.control.RunControl) -> bool:
+        runtime = m.runtime
+        if isinstance(runtime, ProcessRuntime) and control.steps > 500 and not getattr(kill_once, "done", False):
+            os.kill(runtime.links[1].process.pid, signal.SIGKILL)
+            kill_once.done = True  # type: ignore[attr-defined]
+        return False
+
+    report = m.run(stop_when=kill_once)
+    assert report.steps >= 4_000
+    assert report.restarts >= 1
+    assert any("worker process 1" in str(f.error) for f in report.failures)
+    assert isinstance(m.runtime, ProcessRuntime) and m.runtime.worker_restarts == 1
+    assert _no_children_left()
+
+
+@pytest.mark.timeout(60)
+def test_bad_data_from_worker_names_agent_task_and_field() -> None:
+    class BadObs(parl.Agent):
+        def run_one_episode(self) -> float:
+            self.reset_env()
+            self.helpers["RL"].predict({"obs": np.zeros(5, np.float32)})
+            return 0.0
+
+    m = _manager(parl.ManagerConfig(num_agents=2, runtime="processes", num_workers=1, max_episodes=10), BadObs)
+    with pytest.raises(parl.AgentError) as info:
+        m.run()
+    msg = str(info.value)
+    assert "task 'RL'" in msg and "'obs'" in msg and "(B, 4)" in msg and "(1, 5)" in msg
+
+
+@pytest.mark.timeout(60)
+def test_hierarchical_agent_runs_unchanged_in_processes() -> None:
+    from examples.hierarchical_grid.train import build_manager
+
+    m = build_manager(num_agents=4, max_episodes=6, runtime="processes")
+    report = m.run()
+    assert report.episodes >= 6
+    assert report.prediction_stats["goal"].samples > 0 and report.prediction_stats["RL"].samples > 0
+    assert report.prediction_stats["goal"].samples < report.prediction_stats["RL"].samples
+    assert _no_children_left()
