@@ -66,10 +66,14 @@ def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: 
 
 
 class _Window:
-    """A stop_when that measures steps/s over a window after a warm-up."""
+    """A stop_when that measures env steps/s over a window after a warm-up.
 
-    def __init__(self, warmup: float, seconds: float) -> None:
-        self.warmup, self.seconds = warmup, seconds
+    Steps are counted live as predicted samples (one per env step for GymAgent), so long episodes
+    that have not ended yet still count.
+    """
+
+    def __init__(self, count: Callable[[], int], warmup: float, seconds: float) -> None:
+        self.count, self.warmup, self.seconds = count, warmup, seconds
         self.start = time.perf_counter()
         self.t0: float | None = None
         self.s0 = 0
@@ -79,10 +83,10 @@ class _Window:
         now = time.perf_counter()
         if self.t0 is None:
             if now - self.start >= self.warmup:
-                self.t0, self.s0 = now, control.steps
+                self.t0, self.s0 = now, self.count()
             return False
         if now - self.t0 >= self.seconds:
-            self.rate = (control.steps - self.s0) / (now - self.t0)
+            self.rate = (self.count() - self.s0) / (now - self.t0)
             return True
         return False
 
@@ -94,7 +98,7 @@ def agent_path(
     task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=parl.WrapperConfig(max_batch_size=4096))
     config = parl.ManagerConfig(num_agents=n, runtime=runtime, max_seconds=600, num_workers=workers)
     manager = parl.Manager([task], GymAgent, lambda i: make_env(), config)
-    window = _Window(warmup=0.5, seconds=seconds)
+    window = _Window(lambda: manager.wrappers["RL"].prediction_stats.samples, warmup=0.5, seconds=seconds)
     report = manager.run(stop_when=window)
     stats = report.prediction_stats["RL"]
     return {"steps_per_s": window.rate, "mean_batch": stats.mean_batch, "max_batch": stats.max_batch}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import paddle
@@ -211,10 +212,15 @@ def split_actor_critic_params(
 
 def _params_used(model: Model, run: Callable[[], object]) -> list[paddle.Tensor]:
     called: list[paddle.nn.Layer] = []
+
+    def record(layer: paddle.nn.Layer, inputs: Any, outputs: Any) -> Any:
+        called.append(layer)
+        return None  # keep the outputs
+
     handles = []
     for layer in model.sublayers(include_self=True):
         if layer.parameters(include_sublayers=False):
-            handles.append(layer.register_forward_post_hook(lambda lay, _in, _out: called.append(lay)))
+            handles.append(layer.register_forward_post_hook(record))
     try:
         with paddle.no_grad():
             run()

@@ -92,7 +92,7 @@ class DDPG(Algorithm):
         a = paddle.zeros([1, self.action_dim], "float32")
         m = self.model
         self.actor_params, self.critic_params = split_actor_critic_params(
-            m, lambda: m.policy(inputs), lambda: m.q1(inputs, a)  # type: ignore[operator]
+            m, lambda: m.policy(inputs), lambda: m.q1(inputs, a)
         )
         self.actor_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_actor, parameters=self.actor_params)
         self.critic_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_critic, parameters=self.critic_params)
@@ -101,15 +101,15 @@ class DDPG(Algorithm):
         self._rng = np.random.default_rng(c.seed)
 
     def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
-        a = model.policy(inputs)  # type: ignore[operator]
+        a = model.policy(inputs)
         if a.ndim != 2:
             raise ValueError(f"{type(model).__name__}.policy must return [B, action_dim], got {list(a.shape)}")
-        q = model.q1(inputs, a)  # type: ignore[operator]
+        q = model.q1(inputs, a)
         if q.ndim > 2 or (q.ndim == 2 and q.shape[1] != 1):
             raise ValueError(f"{type(model).__name__}.q1 must return [B] or [B, 1], got {list(q.shape)}")
 
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
-        a_t = self.model.policy(inputs).numpy()  # type: ignore[operator]
+        a_t = self.model.policy(inputs).numpy()
         if explore:
             if self.explored_samples < self.config.random_action_samples:
                 a_t = self._rng.uniform(-1.0, 1.0, a_t.shape)
@@ -124,10 +124,10 @@ class DDPG(Algorithm):
         r_t = next(iter(batch.rewards.values())).reshape([-1])
         a_t = self.scaler.to_normalised(batch.actions[self.action_name])
         with paddle.no_grad():
-            a_tp1 = target.policy(batch.next_inputs)  # type: ignore[operator]
-            q_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])  # type: ignore[operator]
+            a_tp1 = target.policy(batch.next_inputs)
+            q_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])
             y_t = td_target(r_t, q_tp1, batch.terminal, c.gamma)
-        q_t = m.q1(batch.inputs, a_t).reshape([-1])  # type: ignore[operator]
+        q_t = m.q1(batch.inputs, a_t).reshape([-1])
         td_error = q_t - y_t
         losses = td_error**2
         if batch.weights is not None:
@@ -135,7 +135,7 @@ class DDPG(Algorithm):
         critic_loss = losses.mean()
         self.apply_gradients(critic_loss, self.critic_optimizer)
         with frozen(self.critic_params):
-            actor_loss = -m.q1(batch.inputs, m.policy(batch.inputs)).mean()  # type: ignore[operator]
+            actor_loss = -m.q1(batch.inputs, m.policy(batch.inputs)).mean()
             self.apply_gradients(actor_loss, self.actor_optimizer)
         soft_update(m, target, c.tau)
         self.learn_steps += 1

@@ -131,7 +131,7 @@ class SAC(Algorithm):
         a = paddle.zeros([1, self.action_dim], "float32")
         m = self.model
         self.actor_params, self.critic_params = split_actor_critic_params(
-            m, lambda: m.policy(inputs), lambda: (m.q1(inputs, a), m.q2(inputs, a))  # type: ignore[operator]
+            m, lambda: m.policy(inputs), lambda: (m.q1(inputs, a), m.q2(inputs, a))
         )
         self.actor_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_actor, parameters=self.actor_params)
         self.critic_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_critic, parameters=self.critic_params)
@@ -142,7 +142,7 @@ class SAC(Algorithm):
         self._rng = np.random.default_rng(c.seed)
 
     def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
-        out = model.policy(inputs)  # type: ignore[operator]
+        out = model.policy(inputs)
         if not isinstance(out, (tuple, list)) or len(out) != 2 or out[0].ndim != 2 or out[0].shape != out[1].shape:
             raise ValueError(
                 f"{type(model).__name__}.policy must return (mean, log_std), each [B, action_dim]; got {out!r}"
@@ -154,7 +154,7 @@ class SAC(Algorithm):
                 raise ValueError(f"{type(model).__name__}.{name} must return [B] or [B, 1], got {list(q.shape)}")
 
     def _policy(self, inputs: Tensors) -> tuple[paddle.Tensor, paddle.Tensor]:
-        mean, log_std = self.model.policy(inputs)  # type: ignore[operator]
+        mean, log_std = self.model.policy(inputs)
         return mean, paddle.clip(log_std, self.config.log_std_min, self.config.log_std_max)
 
     def _noise(self, shape: Sequence[int]) -> paddle.Tensor:
@@ -178,8 +178,8 @@ class SAC(Algorithm):
         return self.temperature.alpha
 
     def _min_q(self, model: Model, inputs: Tensors, a: paddle.Tensor) -> paddle.Tensor:
-        q1 = model.q1(inputs, a).reshape([-1])  # type: ignore[operator]
-        q2 = model.q2(inputs, a).reshape([-1])  # type: ignore[operator]
+        q1 = model.q1(inputs, a).reshape([-1])
+        q2 = model.q2(inputs, a).reshape([-1])
         return paddle.minimum(q1, q2)
 
     def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
@@ -191,11 +191,11 @@ class SAC(Algorithm):
         with paddle.no_grad():
             mean_tp1, log_std_tp1 = self._policy(batch.next_inputs)
             a_tp1, logp_tp1 = tanh_gaussian_sample(mean_tp1, log_std_tp1, self._noise(mean_tp1.shape))
-            q1_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])  # type: ignore[operator]
-            q2_tp1 = target.q2(batch.next_inputs, a_tp1).reshape([-1])  # type: ignore[operator]
+            q1_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])
+            q2_tp1 = target.q2(batch.next_inputs, a_tp1).reshape([-1])
             y_t = twin_q_target(r_t, q1_tp1, q2_tp1, batch.terminal, c.gamma, -alpha * logp_tp1)
-        q1_t = m.q1(batch.inputs, a_t).reshape([-1])  # type: ignore[operator]
-        q2_t = m.q2(batch.inputs, a_t).reshape([-1])  # type: ignore[operator]
+        q1_t = m.q1(batch.inputs, a_t).reshape([-1])
+        q2_t = m.q2(batch.inputs, a_t).reshape([-1])
         td_error = q1_t - y_t
         losses = 0.5 * (td_error**2 + (q2_t - y_t) ** 2)
         if batch.weights is not None:

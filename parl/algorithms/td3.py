@@ -101,7 +101,7 @@ class TD3(Algorithm):
         a = paddle.zeros([1, self.action_dim], "float32")
         m = self.model
         self.actor_params, self.critic_params = split_actor_critic_params(
-            m, lambda: m.policy(inputs), lambda: (m.q1(inputs, a), m.q2(inputs, a))  # type: ignore[operator]
+            m, lambda: m.policy(inputs), lambda: (m.q1(inputs, a), m.q2(inputs, a))
         )
         self.actor_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_actor, parameters=self.actor_params)
         self.critic_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_critic, parameters=self.critic_params)
@@ -111,7 +111,7 @@ class TD3(Algorithm):
         self._rng = np.random.default_rng(c.seed)
 
     def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
-        a = model.policy(inputs)  # type: ignore[operator]
+        a = model.policy(inputs)
         if a.ndim != 2:
             raise ValueError(f"{type(model).__name__}.policy must return [B, action_dim], got {list(a.shape)}")
         for name in ("q1", "q2"):
@@ -120,7 +120,7 @@ class TD3(Algorithm):
                 raise ValueError(f"{type(model).__name__}.{name} must return [B] or [B, 1], got {list(q.shape)}")
 
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
-        a_t = self.model.policy(inputs).numpy()  # type: ignore[operator]
+        a_t = self.model.policy(inputs).numpy()
         if explore:
             if self.explored_samples < self.config.random_action_samples:
                 a_t = self._rng.uniform(-1.0, 1.0, a_t.shape)
@@ -138,13 +138,13 @@ class TD3(Algorithm):
         r_t = next(iter(batch.rewards.values())).reshape([-1])
         a_t = self.scaler.to_normalised(batch.actions[self.action_name])
         with paddle.no_grad():
-            a_tp1 = target.policy(batch.next_inputs)  # type: ignore[operator]
+            a_tp1 = target.policy(batch.next_inputs)
             a_tp1 = smoothed_target_action(a_tp1, self._noise(a_tp1.shape), c.target_noise, c.target_noise_clip)
-            q1_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])  # type: ignore[operator]
-            q2_tp1 = target.q2(batch.next_inputs, a_tp1).reshape([-1])  # type: ignore[operator]
+            q1_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])
+            q2_tp1 = target.q2(batch.next_inputs, a_tp1).reshape([-1])
             y_t = twin_q_target(r_t, q1_tp1, q2_tp1, batch.terminal, c.gamma)
-        q1_t = m.q1(batch.inputs, a_t).reshape([-1])  # type: ignore[operator]
-        q2_t = m.q2(batch.inputs, a_t).reshape([-1])  # type: ignore[operator]
+        q1_t = m.q1(batch.inputs, a_t).reshape([-1])
+        q2_t = m.q2(batch.inputs, a_t).reshape([-1])
         td_error = q1_t - y_t
         losses = td_error**2 + (q2_t - y_t) ** 2
         if batch.weights is not None:
@@ -153,7 +153,7 @@ class TD3(Algorithm):
         self.apply_gradients(critic_loss, self.critic_optimizer)
         if self.learn_steps % c.policy_delay == 0:
             with frozen(self.critic_params):
-                actor_loss = -m.q1(batch.inputs, m.policy(batch.inputs)).mean()  # type: ignore[operator]
+                actor_loss = -m.q1(batch.inputs, m.policy(batch.inputs)).mean()
                 self.apply_gradients(actor_loss, self.actor_optimizer)
             self.last_actor_loss = float(actor_loss)
             soft_update(m, target, c.tau)
