@@ -286,4 +286,3 @@ def test_explore_and_greedy_requests_are_served_in_separate_calls() -> None:
     assert sorted(algo.predict_sizes) == [2, 2]
     for i, pred in enumerate(preds):
         np.testing.assert_array_equal(pred.extras["echo"], _rows(i, 1) * 2)
-

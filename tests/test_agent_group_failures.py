@@ -148,7 +148,7 @@ def test_exception_in_task_learn_gives_task_error_with_task_name(runtime: str) -
     assert isinstance(err.original, parl.TaskError)
     assert err.original.kind == "learn" and err.task == "RL"
     assert "KeyError" in str(err) and "learn refused" in err.original.traceback_text
-    assert "agent %d" % err.agent_id in str(err)
+    assert f"agent {err.agent_id}" in str(err)
 
 
 # ------------------------------------------------------------------ wrapper loops

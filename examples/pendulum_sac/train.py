@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 import gymnasium as gym
+import paddle
 
 import parl
 from examples.pendulum_sac.model import PendulumSACModel
@@ -66,6 +67,7 @@ def build_manager(
     config: SACConfig | None = None,
 ) -> parl.Manager:
     """A Manager running ``num_agents`` GymAgents on Pendulum-v1 with one shared SAC learner."""
+    paddle.seed(seed)  # the initial parameters
     algo = SAC(lambda: PendulumSACModel(hidden=hidden), config if config is not None else sac_config(seed))
     task = parl.TaskConfig(
         "RL",
@@ -111,7 +113,7 @@ def train(
     max_steps: int = 40_000,
     seed: int = 0,
     num_agents: int = 4,
-    eval_every: int = 2_000,
+    eval_every: int = 1_000,
     runtime: str = "coroutines",
     stop_value: float = STOP_VALUE,
 ) -> TrainResult:
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-steps", type=int, default=40_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--agents", type=int, default=4)
-    parser.add_argument("--eval-every", type=int, default=2_000)
+    parser.add_argument("--eval-every", type=int, default=1_000)
     parser.add_argument("--runtime", default="coroutines", choices=["coroutines", "threads"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

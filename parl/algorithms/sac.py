@@ -93,7 +93,7 @@ class Temperature(paddle.nn.Layer):
     @property
     def alpha(self) -> float:
         """The current temperature ``exp(log_alpha)``."""
-        return float(paddle.exp(self.log_alpha))
+        return float(paddle.exp(self.log_alpha).item())
 
 
 class SAC(Algorithm):

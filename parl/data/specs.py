@@ -13,12 +13,13 @@ mistake is reported where it is made, with a message that says how to fix it::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["FieldSpec", "check_fields", "zeros_for", "SpecError"]
+__all__ = ["FieldSpec", "check_fields", "zeros_for", "SpecError", "all_finite"]
 
 
 class SpecError(ValueError):
@@ -77,6 +78,7 @@ def check_fields(
     batch_size: int | None = None,
     batched: bool = True,
     agent_id: int | None = None,
+    check_finite: bool = True,
 ) -> dict[str, np.ndarray]:
     """Validate ``data`` against ``specs`` and return it as a dict of arrays.
 
@@ -88,6 +90,8 @@ def check_fields(
         batch_size: if given, the leading axis must have this length.
         batched: whether arrays carry a leading batch axis.
         agent_id: agent that sent the data, used in error messages.
+        check_finite: check float fields for NaN/inf (unless their spec allows
+            them); callers that check a whole packed batch at once pass False.
 
     Returns:
         A new dict with each field as a numpy array of the spec's dtype.
@@ -102,7 +106,7 @@ def check_fields(
         raise SpecError(
             f"task {task!r}: {group} must be a dict of arrays keyed by field name, got {type(data).__name__}"
         )
-    fast = _fast_check(data, specs, batch_size, batched)
+    fast = _fast_check(data, specs, batch_size, batched, check_finite)
     if fast is not None:
         return fast
     expected = {s.name for s in specs}
@@ -121,7 +125,7 @@ def check_fields(
         )
     out: dict[str, np.ndarray] = {}
     for spec in specs:
-        out[spec.name] = _check_one(data[spec.name], spec, task, group, batch_size, batched, agent_id)
+        out[spec.name] = _check_one(data[spec.name], spec, task, group, batch_size, batched, agent_id, check_finite)
         if batch_size is None and batched:
             batch_size = out[spec.name].shape[0]
     return out
@@ -133,11 +137,20 @@ _KINDS = {"f": "float", "i": "int", "u": "unsigned int", "b": "bool"}
 def _all_finite(arr: np.ndarray) -> bool:
     # One BLAS call: NaN or inf anywhere makes the sum of squares non-finite. Huge finite
     # values may overflow it, so a non-finite result is confirmed elementwise.
-    return bool(np.isfinite(np.vdot(arr, arr))) or bool(np.isfinite(arr).all())
+    return math.isfinite(np.vdot(arr, arr)) or bool(np.isfinite(arr).all())
+
+
+def all_finite(data: Mapping[str, np.ndarray], specs: Sequence[FieldSpec]) -> bool:
+    """Whether every float field of ``data`` whose spec forbids NaN/inf is finite (one check per field)."""
+    for spec in specs:
+        arr = data.get(spec.name)
+        if arr is not None and arr.dtype.kind == "f" and not spec.allow_nan and arr.size and not _all_finite(arr):
+            return False
+    return True
 
 
 def _fast_check(
-    data: Mapping[str, object], specs: Sequence[FieldSpec], batch_size: int | None, batched: bool
+    data: Mapping[str, object], specs: Sequence[FieldSpec], batch_size: int | None, batched: bool, check_finite: bool
 ) -> dict[str, np.ndarray] | None:
     """The common case, checked cheaply: exact keys, ndarray of the right dtype and shape, finite.
 
@@ -148,7 +161,11 @@ def _fast_check(
     out: dict[str, np.ndarray] = {}
     for spec in specs:
         arr = data.get(spec.name)
-        if type(arr) is not np.ndarray or arr.dtype != spec.np_dtype:
+        if type(arr) is not np.ndarray:
+            if batched or not isinstance(arr, np.generic):
+                return None
+            arr = np.asarray(arr)
+        if arr.dtype != spec.np_dtype:
             return None
         if batched:
             if arr.shape[1:] != spec.shape or arr.ndim != len(spec.shape) + 1:
@@ -159,7 +176,7 @@ def _fast_check(
                 return None
         elif arr.shape != spec.shape:
             return None
-        if arr.dtype.kind == "f" and not spec.allow_nan and arr.size and not _all_finite(arr):
+        if check_finite and arr.dtype.kind == "f" and not spec.allow_nan and arr.size and not _all_finite(arr):
             return None
         out[spec.name] = arr
     return out
@@ -173,6 +190,7 @@ def _check_one(
     batch_size: int | None,
     batched: bool,
     agent_id: int | None,
+    check_finite: bool = True,
 ) -> np.ndarray:
     where = _where(task, group, spec.name, agent_id)
     arr = value if isinstance(value, np.ndarray) else np.asarray(value)
@@ -200,7 +218,7 @@ def _check_one(
         raise SpecError(f"{where}: expected shape {shown}, got {arr.shape}")
     if arr.dtype != spec.np_dtype:
         arr = arr.astype(spec.np_dtype)
-    if want_kind == "f" and not spec.allow_nan and arr.size and not _all_finite(arr):
+    if check_finite and want_kind == "f" and not spec.allow_nan and arr.size and not _all_finite(arr):
         raise SpecError(f"{where}: contains NaN or inf, which this field does not allow (allow_nan=False)")
     return arr
 

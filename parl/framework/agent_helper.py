@@ -91,6 +91,8 @@ class AgentHelper:
         self._pre_states: dict[str, np.ndarray] | None = None
         self._prev: dict[str, Any] | None = None
         self.last_prediction: Prediction | None = None
+        # A helper that does not override on_transition has no use for transitions: skip building them.
+        self._wants_transitions = type(self).on_transition is not AgentHelper.on_transition
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
 
@@ -133,7 +135,8 @@ class AgentHelper:
         ``TERMINATED`` or ``TRUNCATED`` and no actions or rewards; see
         :meth:`store_final`.
         """
-        game_over = GameOver(int(game_over))
+        if game_over is not GameOver.NOT_OVER:
+            game_over = GameOver(int(game_over))
         where = {"task": self.name, "batched": False, "agent_id": self.agent_id}
         # The states that go with these inputs: those the prediction on them used, or, when there
         # was no prediction since the last record (the final observation), the current states.
@@ -156,14 +159,18 @@ class AgentHelper:
                         f"agent {self.agent_id}, task {self.name!r}: rewards must be a dict with fields "
                         f"{[s.name for s in self.reward_specs]}, got a scalar"
                     )
-                rewards = {self.reward_specs[0].name: rewards}
+                spec = self.reward_specs[0]
+                if isinstance(rewards, (int, float)) and not isinstance(rewards, bool) and spec.shape == ():
+                    rewards = {spec.name: np.array(rewards, dtype=spec.np_dtype)}
+                else:
+                    rewards = {spec.name: rewards}
             record["actions"] = check_fields(actions, self.action_specs, group="actions", **where)  # type: ignore[arg-type]
             record["rewards"] = check_fields(rewards, self.reward_specs, group="rewards", **where)  # type: ignore[arg-type]
             if extras is None:
                 extras = self._extras_from_prediction()
             record["extras"] = check_fields(extras, self.extra_specs, group="extras", **where)  # type: ignore[arg-type]
         prev = self._prev
-        if prev is not None and prev["game_over"] == GameOver.NOT_OVER:
+        if prev is not None and prev["game_over"] == GameOver.NOT_OVER and self._wants_transitions:
             self.on_transition(self._transition(prev, record))
         self._prev = record if game_over == GameOver.NOT_OVER else None
         if game_over != GameOver.NOT_OVER:
@@ -258,6 +265,13 @@ class OnPolicyHelper(AgentHelper):
         super().__init__(name, comm)
         self.config = config if config is not None else OnPolicyConfig()
         self._chunk: list[TrainingBatch] = []
+
+    def start_episode(self) -> None:
+        # An episode that ended without store_final (cut by the agent) leaves transitions waiting:
+        # mark where it was cut so that the next episode's rows are never chained to it.
+        if self._chunk:
+            self._chunk[-1].segment_end = np.array([True])
+        super().start_episode()
 
     def on_transition(self, transition: TrainingBatch) -> None:
         self._chunk.append(transition)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from parl.data.packing import sample_count
-from parl.data.specs import check_fields
+from parl.data.specs import SpecError, check_fields
 from parl.framework.errors import RunStopped, TaskError, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
@@ -127,10 +127,20 @@ class Communicator:
         self.wrapper.check_alive()
         task = self.wrapper.task
         if self.check_data:
-            inputs = check_fields(inputs, task.input_specs, task=task.name, group="inputs", agent_id=self.agent_id)
+            # NaN/inf are checked once on the packed batch by the wrapper, which fails only the
+            # requests that carry them.
+            inputs = check_fields(
+                inputs, task.input_specs, task=task.name, group="inputs", agent_id=self.agent_id, check_finite=False
+            )
             n = sample_count(inputs)
             states = check_fields(
-                states, task.state_specs, task=task.name, group="states", batch_size=n, agent_id=self.agent_id
+                states,
+                task.state_specs,
+                task=task.name,
+                group="states",
+                batch_size=n,
+                agent_id=self.agent_id,
+                check_finite=False,
             )
         request = PredictRequest(inputs, states, explore)
         if request.samples == 0:
@@ -163,6 +173,9 @@ class Communicator:
 
     def _unwrap(self, item: Any) -> Any:
         if isinstance(item, Failure):
+            if isinstance(item.error, SpecError):
+                # This agent's own data was at fault (found on the packed batch): a ValueError, as on entry.
+                raise SpecError(str(item.error))
             if isinstance(item.error, RunStopped):
                 raise RunStopped(str(item.error))
             if isinstance(item.error, WrapperError):

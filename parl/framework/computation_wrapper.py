@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from parl.data.packing import pack_fields, unpack_fields
+from parl.data.specs import SpecError, all_finite, check_fields
 from parl.framework.communicator import (
     Communicator,
     Failure,
@@ -379,11 +380,29 @@ class ComputationWrapper:
         for explore, group in groups.items():
             self._serve_prediction_group(group, explore)
 
+    def _reject_nonfinite(self, items: Sequence[PredictItem]) -> list[PredictItem]:
+        """Fail the requests carrying NaN/inf (with a SpecError naming the agent); return the others."""
+        task, good = self.task, []
+        for comm, request in items:
+            try:
+                check_fields(request.inputs, task.input_specs, task=task.name, group="inputs", agent_id=comm.agent_id)
+                check_fields(request.states, task.state_specs, task=task.name, group="states", agent_id=comm.agent_id)
+            except SpecError as exc:
+                comm.put_prediction_return(Failure(exc, traceback.format_exc(), "predict"))
+                continue
+            good.append((comm, request))
+        return good
+
     def _serve_prediction_group(self, items: Sequence[PredictItem], explore: bool) -> None:
         try:
             requests = [r for _, r in items]
             inputs, offsets = pack_fields([r.inputs for r in requests])
             states = pack_fields([r.states for r in requests])[0] if self.task.state_specs else {}
+            if not (all_finite(inputs, self.task.input_specs) and all_finite(states, self.task.state_specs)):
+                good = self._reject_nonfinite(items)
+                if good:
+                    self._serve_prediction_group(good, explore)
+                return
             pred = self.task.predict(inputs, states if self.task.state_specs else None, explore=explore, check=False)
             actions = unpack_fields(pred.actions, offsets)
             next_states = unpack_fields(pred.states, offsets) if pred.states else [{} for _ in items]

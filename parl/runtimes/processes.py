@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from parl.data.packing import pack_fields
-from parl.data.specs import FieldSpec
+from parl.data.specs import FieldSpec, SpecError, all_finite, check_fields
 from parl.framework.agent import Agent
 from parl.framework.agent_helper import AgentHelper
 from parl.framework.communicator import Communicator, Failure, PredictRequest
@@ -210,6 +210,11 @@ class _RemoteWrapper:
         requests = [r for _, r in items]
         inputs, offsets = pack_fields([r.inputs for r in requests])
         rows = offsets[-1]
+        if not all_finite(inputs, self.task.input_specs):
+            items = _reject_nonfinite(self.task, items)
+            if items:
+                self._serve(items, explore)
+            return
         try:
             if rows > self.request.capacity:
                 raise ValueError(f"{rows} samples exceed the shared buffer of {self.request.capacity}")
@@ -237,6 +242,20 @@ class _RemoteWrapper:
                 extras={k[3:]: v[lo:hi] for k, v in out.items() if k.startswith("ex.")},
             )
             comm.put_prediction_return(pred)
+
+
+def _reject_nonfinite(
+    task: TaskSpecs, items: Sequence[tuple[Communicator, PredictRequest]]
+) -> list[tuple[Communicator, PredictRequest]]:
+    good = []
+    for comm, request in items:
+        try:
+            check_fields(request.inputs, task.input_specs, task=task.name, group="inputs", agent_id=comm.agent_id)
+        except SpecError as exc:
+            comm.put_prediction_return(Failure(exc, traceback.format_exc(), "predict"))
+            continue
+        good.append((comm, request))
+    return good
 
 
 class _RemoteTrainingSink:

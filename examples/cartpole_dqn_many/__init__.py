@@ -1,0 +1,1 @@
+"""CartPole-v1 DQN with several agents feeding one learner through ExpReplayHelper."""
