@@ -102,7 +102,7 @@ def check_fields(
         SpecError: (a ``ValueError``) naming the agent, the task, the field,
             what was expected and what came.
     """
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):
         raise SpecError(
             f"task {task!r}: {group} must be a dict of arrays keyed by field name, got {type(data).__name__}"
         )
@@ -161,11 +161,12 @@ def _fast_check(
     out: dict[str, np.ndarray] = {}
     for spec in specs:
         arr = data.get(spec.name)
+        want = spec._np_dtype
         if type(arr) is not np.ndarray:
             if batched or not isinstance(arr, np.generic):
                 return None
             arr = np.asarray(arr)
-        if arr.dtype != spec.np_dtype:
+        if arr.dtype != want:
             return None
         if batched:
             if arr.shape[1:] != spec.shape or arr.ndim != len(spec.shape) + 1:
