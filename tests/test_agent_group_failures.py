@@ -21,6 +21,7 @@ from test_agent_group_fakes import (
 
 import parl
 from parl.framework.computation_wrapper import ComputationWrapper
+from parl.runtimes.coroutines import Hub
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.parametrize("runtime", RUNTIMES)]
 
@@ -192,6 +193,22 @@ def test_exception_while_serving_predictions_reaches_caller_as_wrapper_error(
     assert "serving loop blew up" in str(err) and "broken_serve" in err.traceback_text
     assert not any(s.agent.errors for s in manager.slots)  # type: ignore[union-attr]
     assert all(w.error is not None for w in manager.wrappers.values())
+
+
+def test_scheduler_fault_of_the_coroutine_runtime_is_not_swallowed(
+    runtime: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if runtime != "coroutines":
+        pytest.skip("the hub scheduler exists only in the coroutine runtime")
+
+    def broken_schedule(self, agents, control):
+        raise LookupError("hub scheduler bug")
+
+    monkeypatch.setattr(Hub, "_schedule", broken_schedule)
+    manager = parl.Manager([echo_task_config()], StepAgent, counter_envs(10), _config(runtime))
+    err = _run_expecting(manager, limit_s=5.0)
+    assert isinstance(err.original, LookupError) and "hub scheduler bug" in str(err)
+    assert "broken_schedule" in err.traceback_text
 
 
 # ------------------------------------------------------------------ restarts

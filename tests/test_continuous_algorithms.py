@@ -284,6 +284,8 @@ def test_a_learn_step_changes_actor_and_critics_and_reports_finite_metrics(make:
     assert result.metrics and all(math.isfinite(v) for v in result.metrics.values())
     for before, params in ((actor_before, algo.actor_params), (critic_before, algo.critic_params)):  # type: ignore[attr-defined]
         assert any(not np.array_equal(b, p.numpy()) for b, p in zip(before, params))
+        # no gradient is left behind: the actor's loss must not leak into the critics' next step
+        assert all(p.grad is None or not np.any(p.grad.numpy()) for p in params)
 
 
 def test_metric_names() -> None:
@@ -368,10 +370,10 @@ def test_the_actor_climbs_the_critic() -> None:
         greedy = task.predict({"obs": batch.inputs["obs"]}, explore=False).actions["action"]
         a_norm = scaler.to_normalised(paddle.to_tensor(greedy)).numpy()
         np.testing.assert_allclose(
-            a_norm, np.broadcast_to(FixedCritics.BEST, a_norm.shape), atol=0.08, err_msg=str(algo)
+            a_norm, np.broadcast_to(FixedCritics.BEST, a_norm.shape), atol=0.08, err_msg=type(algo).__name__
         )
         for before, p in zip(critics, algo.critic_params):  # type: ignore[attr-defined]
-            np.testing.assert_array_equal(before, p.numpy())  # the actor's loss left the critics alone
+            np.testing.assert_array_equal(before, p.numpy())
 
 
 @ALGOS

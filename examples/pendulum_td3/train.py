@@ -108,6 +108,8 @@ class TrainResult:
     solved_at_seconds: float | None
     history: list[tuple[int, float, float]]
     """(env steps, seconds, mean greedy return) of every evaluation."""
+    gradient_steps: int
+    """Learning calls made in the run: one per env step once the agents' replay buffers reached learning_starts."""
 
 
 def train(
@@ -131,6 +133,7 @@ def train(
         solved_at_steps=stopper.solved_at_steps,
         solved_at_seconds=stopper.solved_at_seconds,
         history=stopper.history,
+        gradient_steps=report.training_stats["RL"].calls,
     )
 
 
@@ -146,7 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     result = train(args.max_steps, args.seed, args.agents, args.eval_every, args.runtime)
     print(
         f"solved={result.solved} at_steps={result.solved_at_steps} at_seconds={result.solved_at_seconds} "
-        f"steps={result.steps} best_eval={result.best_eval:.1f} time={result.seconds:.1f}s"
+        f"steps={result.steps} gradient_steps={result.gradient_steps} best_eval={result.best_eval:.1f} "
+        f"time={result.seconds:.1f}s"
     )
 
 

@@ -108,8 +108,9 @@ class Hub:
         try:
             self._schedule(agents, control)
         except BaseException as exc:  # noqa: BLE001 - a scheduler fault must end the run, not vanish
-            tb = traceback.format_exc()
-            control.agent_failed(-1, RuntimeError(f"hub {self.index} failed: {exc!r}\n{tb}"), tb, restartable=False)
+            # Reported as a failure of "agent -1": no single agent is at fault.
+            logger.error("hub %d of the coroutine runtime failed", self.index)
+            control.agent_failed(-1, exc, traceback.format_exc(), restartable=False)
         finally:
             self._shutdown(agents)
 

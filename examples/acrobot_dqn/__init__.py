@@ -1,0 +1,1 @@
+"""Acrobot-v1 DQN with several agents feeding one learner through ExpReplayHelper."""

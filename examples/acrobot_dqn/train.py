@@ -1,0 +1,67 @@
+"""Acrobot-v1 DQN with several agents: one shared DQN learner, one replay buffer per agent.
+
+The same agent group as ``examples/cartpole_dqn_many`` (GymAgent + ExpReplayHelper, predictions of
+all agents batched into one call), with this problem's settings. The run stops when a greedy
+evaluation (mean over 20 episodes) reaches -100, i.e. the swing-up takes at most about 100 steps.
+
+Run: ``python -m examples.acrobot_dqn.train [--agents 4] [--seed 0]``.
+"""
+
+from __future__ import annotations
+
+import parl
+from examples.cartpole_dqn_many import train as many
+from examples.cartpole_dqn_many.train import DQNManySettings, TrainOutcome
+
+__all__ = ["ACROBOT", "build_manager", "main", "train"]
+
+ACROBOT = DQNManySettings(
+    env_id="Acrobot-v1",
+    stop_value=-100.0,
+    num_agents=4,
+    hidden=64,
+    lr=1e-3,
+    gamma=0.99,
+    double_q=True,
+    target_update_interval=100,
+    epsilon_end=0.05,
+    epsilon_decay_samples=10_000,
+    batch_size=64,
+    learn_every=4,
+    learning_starts=250,
+    capacity=25_000,
+    merge_requests=4,
+    eval_every=5_000,
+    max_steps=200_000,
+)
+"""The settings that solve Acrobot-v1 (see ``docs/benchmarks.md`` for measured steps and time)."""
+
+
+def build_manager(
+    settings: DQNManySettings = ACROBOT,
+    seed: int = 0,
+    runtime: str = "coroutines",
+    max_steps: int | None = None,
+    max_seconds: float | None = None,
+) -> parl.Manager:
+    """A Manager running ``settings.num_agents`` DQN agents on Acrobot-v1."""
+    return many.build_manager(settings, seed, runtime, max_steps, max_seconds)
+
+
+def train(
+    settings: DQNManySettings = ACROBOT,
+    seed: int = 0,
+    max_steps: int | None = None,
+    max_seconds: float | None = None,
+    runtime: str = "coroutines",
+) -> TrainOutcome:
+    """Train until the mean greedy return over 20 episodes reaches -100, or out of budget."""
+    return many.train(settings, seed, max_steps, max_seconds, runtime)
+
+
+def main(argv: list[str] | None = None) -> None:
+    many.main(argv, ACROBOT)
+
+
+if __name__ == "__main__":
+    main()
