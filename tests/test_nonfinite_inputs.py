@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import parl
-
 from examples.cartpole_dqn.model import CartPoleQModel
 
 

@@ -23,17 +23,31 @@ def sample_count(data: Mapping[str, np.ndarray]) -> int:
     return 0
 
 
-def pack_fields(parts: Sequence[Mapping[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], list[int]]:
+def pack_fields(
+    parts: Sequence[Mapping[str, np.ndarray]], validated: bool = False
+) -> tuple[dict[str, np.ndarray], list[int]]:
     """Concatenate each field of ``parts`` along axis 0.
 
     Returns the packed dict and the ``len(parts) + 1`` row offsets: part ``i``
     occupies rows ``offsets[i]:offsets[i + 1]``. Every part must have the same
-    keys, and all fields of a part the same number of rows.
+    keys, and all fields of a part the same number of rows; ``validated=True``
+    skips re-checking that (the parts were checked against specs already).
     """
     if not parts:
         return {}, [0]
     keys = list(parts[0].keys())
     offsets = [0]
+    if validated:
+        if not keys:
+            return {}, [0] * (len(parts) + 1)
+        first = keys[0]
+        total = 0
+        for part in parts:
+            total += part[first].shape[0]
+            offsets.append(total)
+        if len(parts) == 1:
+            return dict(parts[0]), offsets
+        return {k: np.concatenate([p[k] for p in parts], axis=0) for k in keys}, offsets
     for i, part in enumerate(parts):
         if list(part.keys()) != keys and set(part.keys()) != set(keys):
             raise ValueError(f"part {i} has fields {sorted(part)}, expected {sorted(keys)}")
@@ -49,6 +63,11 @@ def pack_fields(parts: Sequence[Mapping[str, np.ndarray]]) -> tuple[dict[str, np
 def unpack_fields(batch: Mapping[str, np.ndarray], offsets: Sequence[int]) -> list[dict[str, np.ndarray]]:
     """Inverse of :func:`pack_fields`: one dict of row slices per part."""
     total = offsets[-1]
+    if len(batch) == 1:
+        ((key, arr),) = batch.items()
+        if int(arr.shape[0]) != total:
+            raise ValueError(f"field {key!r} has {arr.shape[0]} rows, the offsets describe {total}")
+        return [{key: arr[lo:hi]} for lo, hi in zip(offsets[:-1], offsets[1:])]
     for k, v in batch.items():
         if int(v.shape[0]) != total:
             raise ValueError(f"field {k!r} has {v.shape[0]} rows, the offsets describe {total}")

@@ -106,6 +106,8 @@ def check_fields(
         raise SpecError(
             f"task {task!r}: {group} must be a dict of arrays keyed by field name, got {type(data).__name__}"
         )
+    if not specs and not data:
+        return {}
     fast = _fast_check(data, specs, batch_size, batched, check_finite)
     if fast is not None:
         return fast

@@ -93,6 +93,7 @@ class AgentHelper:
         self.last_prediction: Prediction | None = None
         # A helper that does not override on_transition has no use for transitions: skip building them.
         self._wants_transitions = type(self).on_transition is not AgentHelper.on_transition
+        self._wants_experience = self._wants_transitions or type(self).on_episode_end is not AgentHelper.on_episode_end
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
 
@@ -137,6 +138,12 @@ class AgentHelper:
         """
         if game_over is not GameOver.NOT_OVER:
             game_over = GameOver(int(game_over))
+        if not self._wants_experience:
+            # Nothing consumes experience in this helper: keep only the episode bookkeeping.
+            self._pre_states = None
+            if game_over != GameOver.NOT_OVER:
+                self.on_episode_end(game_over)
+            return
         where = {"task": self.name, "batched": False, "agent_id": self.agent_id}
         # The states that go with these inputs: those the prediction on them used, or, when there
         # was no prediction since the last record (the final observation), the current states.

@@ -396,8 +396,8 @@ class ComputationWrapper:
     def _serve_prediction_group(self, items: Sequence[PredictItem], explore: bool) -> None:
         try:
             requests = [r for _, r in items]
-            inputs, offsets = pack_fields([r.inputs for r in requests])
-            states = pack_fields([r.states for r in requests])[0] if self.task.state_specs else {}
+            inputs, offsets = pack_fields([r.inputs for r in requests], validated=True)
+            states = pack_fields([r.states for r in requests], validated=True)[0] if self.task.state_specs else {}
             if not (all_finite(inputs, self.task.input_specs) and all_finite(states, self.task.state_specs)):
                 good = self._reject_nonfinite(items)
                 if good:
