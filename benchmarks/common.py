@@ -73,6 +73,16 @@ class WideObsEnv(gym.Env[np.ndarray, int]):
         return self._obs, 1.0, False, self.t >= self.length, {}
 
 
+def rss_mb() -> float:
+    """Current resident set size of this process, in MiB (from /proc; NaN elsewhere)."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     import os

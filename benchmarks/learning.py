@@ -133,8 +133,6 @@ class Problem:
     """parl's median wall time to threshold must be at most this times SB3's."""
     parl_module: str
     """Module of the parl example (``build_manager`` is looked up there)."""
-    quick_steps: int = 3_000
-    """Step budget of both sides with ``--quick``."""
 
 
 PROBLEMS: dict[str, Problem] = {
@@ -223,9 +221,15 @@ class RunResult:
     note: str = ""
 
 
-def _steps_budget(problem: Problem, library: str, quick: bool) -> int:
+QUICK_STEPS = 2_000
+"""Step budget of both sides with ``--quick`` (``--quick-steps`` overrides)."""
+QUICK_CAP_S = 60.0
+
+
+def _steps_budget(problem: Problem, library: str, quick: int) -> int:
+    """Step budget of a run; ``quick`` is the quick-mode budget (0: a full run)."""
     if quick:
-        return problem.quick_steps
+        return quick
     return problem.parl_max_steps if library == "parl" else int(ZOO[problem.zoo_key]["n_timesteps"])
 
 
@@ -267,13 +271,13 @@ def _build_parl_manager(problem: Problem, seed: int, max_steps: int) -> Any:
     return manager
 
 
-def run_parl(problem: Problem, seed: int, quick: bool) -> RunResult:
+def run_parl(problem: Problem, seed: int, quick: int) -> RunResult:
     import gymnasium as gym
 
     import parl
 
     max_steps = _steps_budget(problem, "parl", quick)
-    cap = problem.time_cap_s if not quick else 60.0
+    cap = QUICK_CAP_S if quick else problem.time_cap_s
 
     def make_env() -> gym.Env:
         return gym.make(problem.env_id)
@@ -282,7 +286,7 @@ def run_parl(problem: Problem, seed: int, quick: bool) -> RunResult:
     manager = _build_parl_manager(problem, seed, max_steps)
     manager.config.max_seconds = cap
     task = manager.tasks["RL"] if "RL" in manager.tasks else next(iter(manager.tasks.values()))
-    every = problem.eval_every if not quick else max(500, max_steps // 3)
+    every = max(100, max_steps // 2) if quick else problem.eval_every
     protocol = EvalProtocol(problem.threshold, every, start)
 
     def evaluate(episodes: int, first_seed: int) -> np.ndarray:
@@ -343,14 +347,14 @@ def sb3_evaluate(model: Any, make_env: Callable[[], Any], episodes: int, seed: i
     return returns
 
 
-def run_sb3(problem: Problem, seed: int, quick: bool) -> RunResult:
+def run_sb3(problem: Problem, seed: int, quick: int) -> RunResult:
     import gymnasium as gym
     import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
     budget = _steps_budget(problem, "sb3", quick)
-    cap = problem.time_cap_s if not quick else 60.0
+    cap = QUICK_CAP_S if quick else problem.time_cap_s
 
     def make_env() -> gym.Env:
         return gym.make(problem.env_id)
@@ -362,7 +366,7 @@ def run_sb3(problem: Problem, seed: int, quick: bool) -> RunResult:
     n_envs, kwargs = _zoo_kwargs(problem, n_actions)
     env = make_vec_env(problem.env_id, n_envs=n_envs, seed=seed)
     model = getattr(sb3, problem.sb3_algo)("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
-    every = problem.eval_every if not quick else max(500, budget // 3)
+    every = max(100, budget // 2) if quick else problem.eval_every
     protocol = EvalProtocol(problem.threshold, every, start)
 
     def evaluate(episodes: int, first_seed: int) -> np.ndarray:
@@ -388,7 +392,7 @@ def run_sb3(problem: Problem, seed: int, quick: bool) -> RunResult:
 # ----------------------------------------------------------------------------------------------------
 # Driver: one subprocess per run
 # ----------------------------------------------------------------------------------------------------
-def run_one(problem: Problem, library: str, seed: int, quick: bool, torch_threads: int) -> RunResult:
+def run_one(problem: Problem, library: str, seed: int, quick: int, torch_threads: int) -> RunResult:
     """Run in this process (the subprocess entry point)."""
     if library == "sb3":
         import torch
@@ -399,11 +403,11 @@ def run_one(problem: Problem, library: str, seed: int, quick: bool, torch_thread
     return run_parl(problem, seed, quick)
 
 
-def run_isolated(problem: Problem, library: str, seed: int, quick: bool, torch_threads: int) -> RunResult:
+def run_isolated(problem: Problem, library: str, seed: int, quick: int, torch_threads: int) -> RunResult:
     """Run in a fresh interpreter; a run that outlives its cap by far is killed and recorded as not solved."""
     cmd = [sys.executable, "-m", "benchmarks.learning", "--one", f"{problem.name},{library},{seed}"]
-    cmd += ["--torch-threads", str(torch_threads)] + (["--quick"] if quick else [])
-    limit = (problem.time_cap_s if not quick else 60.0) * 1.5 + 120.0
+    cmd += ["--torch-threads", str(torch_threads)] + (["--quick", "--quick-steps", str(quick)] if quick else [])
+    limit = (QUICK_CAP_S if quick else problem.time_cap_s) * 1.5 + 120.0
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=_ROOT)
     except subprocess.TimeoutExpired:
@@ -548,6 +552,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--libraries", default="parl,sb3", help="parl, sb3 or both (default)")
     parser.add_argument("--quick", action="store_true", help="one seed, tiny budgets: a smoke test")
+    parser.add_argument("--quick-steps", type=int, default=QUICK_STEPS, help="step budget with --quick")
     parser.add_argument("--write", action="store_true", help="write results even with --quick")
     parser.add_argument("--no-write", action="store_true", help="never write results")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads of SB3 runs (0: torch default)")
@@ -557,7 +562,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.one:
         name, library, seed = args.one.split(",")
-        result = run_one(PROBLEMS[name], library, int(seed), args.quick, args.torch_threads)
+        quick = args.quick_steps if args.quick else 0
+        result = run_one(PROBLEMS[name], library, int(seed), quick, args.torch_threads)
         print("RESULT " + json.dumps(asdict(result), default=float), flush=True)
         return
 
@@ -610,7 +616,7 @@ def main(argv: list[str] | None = None) -> None:
         runs: dict[str, list[RunResult]] = {lib: [] for lib in ("parl", "sb3")}
         for seed in range(seeds):
             for lib in libraries:
-                r = run_isolated(problem, lib, seed, args.quick, args.torch_threads)
+                r = run_isolated(problem, lib, seed, args.quick_steps if args.quick else 0, args.torch_threads)
                 runs[lib].append(r)
                 print(
                     f"{name} {lib} seed {seed}: solved={r.solved} steps={r.steps_to_threshold} "
@@ -618,7 +624,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"(ran {r.total_steps} steps in {r.total_seconds:.1f}s, eval {r.eval_seconds:.1f}s) {r.note}",
                     flush=True,
                 )
-        cap = problem.time_cap_s if not args.quick else 60.0
+        cap = QUICK_CAP_S if args.quick else problem.time_cap_s
         for lib in ("parl", "sb3"):
             summary = summarize(runs[lib], cap) if runs[lib] else {}
             entry[lib] = {"runs": [asdict(r) for r in runs[lib]], "summary": summary}

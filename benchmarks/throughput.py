@@ -22,7 +22,7 @@ import numpy as np
 import paddle
 
 import parl
-from benchmarks.common import GreedyPolicy, MLPPolicy, WideObsEnv, machine, write_results
+from benchmarks.common import GreedyPolicy, MLPPolicy, WideObsEnv, machine, rss_mb, write_results
 from parl.agents import GymAgent
 from parl.runtimes.control import RunControl
 
@@ -33,6 +33,7 @@ ENVS: dict[str, tuple[Callable[[], gym.Env], int]] = {
 
 
 def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (MiB); rows run in order, so it is a running peak."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                 label = f"agent path, {runtime}" + (f" P={workers}" if runtime == "processes" else "")
                 res.update({"env": env_name, "row": label, "n": n, "ratio": res["steps_per_s"] / ref})
                 res["peak_rss_mb"] = peak_rss_mb()
+                res["rss_after_mb"] = rss_mb()
                 rows.append(res)
                 print(
                     f"{env_name:12s} {label[11:]:24s} N={n:<4d}{res['steps_per_s']:10.0f} steps/s "
@@ -227,13 +229,14 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], quick: bool) 
         "Same model in every row (obs-64-2 MLP, greedy actions); env steps per second over all agents;",
         "ratio = agent path / vector loop at the same N, measured in the same run.",
         "",
-        "| env | row | N | steps/s | ratio to vector loop | mean predict batch |",
-        "|---|---|---|---|---|---|",
+        "| env | row | N | steps/s | ratio to vector loop | mean predict batch | RSS after row (MiB) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else ""
         batch = f"{r['mean_batch']:.1f}" if "mean_batch" in r else ""
-        lines.append(f"| {r['env']} | {r['row']} | {r['n']} | {r['steps_per_s']:.0f} | {ratio} | {batch} |")
+        rss = f"{r['rss_after_mb']:.0f}" if "rss_after_mb" in r else ""
+        lines.append(f"| {r['env']} | {r['row']} | {r['n']} | {r['steps_per_s']:.0f} | {ratio} | {batch} | {rss} |")
     lines += [
         "",
         "Training path (DQN update, 4-64-64-2 network, batch 64, best of 3 timed loops):",

@@ -53,7 +53,8 @@ class A2C(Algorithm):
         task = ComputationTask("RL", algorithm=algo)
 
     ``learn`` reports ``loss``, ``policy_loss``, ``value_loss``, ``entropy``
-    and per sample ``advantage``.
+    and per sample ``advantage``. Recurrent models (with ``state_specs``) are
+    refused; :class:`~parl.algorithms.ppo.PPO` supports them.
     """
 
     def __init__(self, model: Model | ModelFactory, config: A2CConfig | None = None) -> None:
@@ -70,6 +71,11 @@ class A2C(Algorithm):
         self.learn_steps = 0
 
     def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
+        if model.state_specs():
+            raise ValueError(
+                f"A2C supports feed-forward models only, but {type(model).__name__} declares recurrent states "
+                f"{[s.name for s in model.state_specs()]}; use PPO, which unrolls recurrent models"
+            )
         model.policy(inputs)  # type: ignore[operator]
         model.value(inputs)  # type: ignore[operator]
 

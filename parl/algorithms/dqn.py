@@ -69,8 +69,16 @@ class DQN(Algorithm):
 
     ``predict`` is epsilon-greedy with ``explore=True`` and greedy otherwise; it
     also returns the Q-values as ``extras["q"]``. ``learn`` returns ``loss``,
-    ``q_mean``, and per sample ``td_error`` (usable as replay priorities).
+    ``q_mean``, and per sample ``td_error`` (the replay priorities of
+    ``ExpReplayHelper(prioritized=True)``). It multiplies the per-sample losses
+    by ``TrainingBatch.weights`` (importance weights of prioritized replay)
+    and discounts the bootstrap value of ``k``-step rows
+    (``TrainingBatch.bootstrap_steps``, written by ``ExpReplayHelper`` with
+    ``n_step > 1``) by ``gamma ** k``.
     """
+
+    uses_bootstrap_steps = True
+    """This algorithm reads ``TrainingBatch.bootstrap_steps`` (n-step transitions)."""
 
     def __init__(self, model: Model | ModelFactory, config: DQNConfig | None = None) -> None:
         super().__init__(model)
@@ -124,7 +132,9 @@ class DQN(Algorithm):
                 v_tp1 = double_q_target(self.model.value(batch.next_inputs), q_tp1_target)  # type: ignore[operator]
             else:
                 v_tp1 = q_target(q_tp1_target)
-            target = td_target(reward, v_tp1, batch.terminal, c.gamma)
+            # An n-step row (bootstrap_steps k) already sums k discounted rewards: discount its bootstrap by gamma**k.
+            discount = c.gamma if batch.bootstrap_steps is None else c.gamma**batch.bootstrap_steps
+            target = td_target(reward, v_tp1, batch.terminal, discount)
         td_error = q_sa - target
         losses = huber_loss(td_error, c.huber_delta)
         if batch.weights is not None:

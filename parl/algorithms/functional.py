@@ -5,6 +5,8 @@ Every function here has a numpy reference test in ``tests/test_functional.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 import paddle
 
@@ -14,16 +16,23 @@ __all__ = [
     "double_q_target",
     "q_target",
     "gae_advantages",
+    "n_step_return",
+    "sequence_starts",
+    "unroll_sequences",
     "categorical_log_prob",
     "categorical_entropy",
 ]
 
 
-def td_target(r_t: paddle.Tensor, v_tp1: paddle.Tensor, terminal_tp1: paddle.Tensor, gamma: float) -> paddle.Tensor:
-    """One-step TD target ``r_t + gamma * (1 - terminal_tp1) * v_tp1``.
+def td_target(
+    r_t: paddle.Tensor, v_tp1: paddle.Tensor, terminal_tp1: paddle.Tensor, gamma: float | paddle.Tensor
+) -> paddle.Tensor:
+    """TD target ``r_t + gamma * (1 - terminal_tp1) * v_tp1``.
 
     ``terminal_tp1`` is 1 where the next state ends the episode by termination;
-    a truncated episode keeps 0 there and is bootstrapped.
+    a truncated episode keeps 0 there and is bootstrapped. ``gamma`` is a
+    number, or a ``[B]`` tensor of per-row discounts (``gamma ** k`` for
+    ``k``-step rows whose ``r_t`` already sums ``k`` discounted rewards).
     """
     return r_t + gamma * (1.0 - terminal_tp1) * v_tp1
 
@@ -64,6 +73,146 @@ def gae_advantages(
         running = delta_t[t] + gamma * lam * cont[t] * running
         adv[t] = running
     return adv.astype(np.float32)
+
+
+def n_step_return(
+    r_t: np.ndarray,
+    terminal_tp1: np.ndarray,
+    gamma: float,
+    n: int,
+    segment_end_t: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Discounted sums of up to ``n`` rewards over rows in time order, and how many were summed.
+
+    Row ``t`` sums ``k_t`` rewards, ``G_t = sum_{i < k_t} gamma**i * r_{t+i}``,
+    where ``k_t`` is ``n`` unless the chain stops earlier: it never goes past a
+    row whose ``terminal_tp1`` or ``segment_end_t`` is set (that row is the
+    last one summed) nor past the last row. The ``n``-step transition of row
+    ``t`` therefore ends at row ``e = t + k_t - 1``: its next observation and
+    its terminal flag are those of row ``e``, and its bootstrap value is
+    discounted by ``gamma ** k_t`` (and dropped when ``terminal_tp1[e]``)::
+
+        g, k = n_step_return([1, 1, 1], [False, False, True], 0.5, n=2)
+        # g = [1.5, 1.5, 1.0], k = [2, 2, 1]
+
+    Args:
+        r_t: rewards ``[T]`` (or ``[T, ...]``; trailing axes are summed alike).
+        terminal_tp1: bool ``[T]``, True where the next state is terminal.
+        gamma: discount factor.
+        n: most rewards per sum (``n >= 1``; 1 gives back ``r_t``).
+        segment_end_t: bool ``[T]`` or None; True on the last row of a
+            contiguous run (an episode end, terminated or truncated).
+
+    Returns:
+        ``(G_t, k_t)``: the sums (float, the shape of ``r_t``) and the number
+        of rewards in each (int64 ``[T]``).
+    """
+    if n < 1:
+        raise ValueError(f"n_step_return needs n >= 1, got {n}")
+    r = np.asarray(r_t, dtype=np.float64)
+    size = r.shape[0]
+    stop = np.asarray(terminal_tp1, dtype=bool).reshape(size).copy()
+    if segment_end_t is not None:
+        stop |= np.asarray(segment_end_t, dtype=bool).reshape(size)
+    g = np.zeros_like(r)
+    k = np.zeros(size, dtype=np.int64)
+    for t in range(size):
+        total = np.zeros_like(r[t])
+        discount = 1.0
+        steps = 0
+        for i in range(t, min(size, t + n)):
+            total = total + discount * r[i]
+            discount *= gamma
+            steps += 1
+            if stop[i]:
+                break
+        g[t], k[t] = total, steps
+    out_dtype = np.asarray(r_t).dtype if np.asarray(r_t).dtype.kind == "f" else np.dtype(np.float32)
+    return g.astype(out_dtype), k
+
+
+def sequence_starts(segment_end: np.ndarray) -> np.ndarray:
+    """First row of every sequence of time-ordered rows: row 0 and each row after a ``segment_end``.
+
+    ``sequence_starts([False, True, False, False, True]) -> [0, 2]``. The last
+    row needs no ``segment_end``: a sequence always ends with the rows. An
+    empty array gives no starts.
+    """
+    seg = np.asarray(segment_end, dtype=bool).reshape(-1)
+    if seg.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    after = np.flatnonzero(seg[:-1]) + 1
+    return np.concatenate([np.zeros(1, dtype=np.int64), after.astype(np.int64)])
+
+
+StepFunction = Callable[
+    [Mapping[str, paddle.Tensor], Mapping[str, paddle.Tensor]], tuple[paddle.Tensor, Mapping[str, paddle.Tensor]]
+]
+
+
+def unroll_sequences(
+    step: StepFunction,
+    inputs: Mapping[str, paddle.Tensor],
+    initial_states: Mapping[str, paddle.Tensor],
+    segment_end: np.ndarray,
+) -> tuple[paddle.Tensor, dict[str, paddle.Tensor], dict[str, paddle.Tensor]]:
+    """Run a recurrent ``step`` over time-ordered rows, every sequence from its own initial state.
+
+    The rows form sequences as :func:`sequence_starts` says. Each sequence
+    starts from ``initial_states`` at its first row (the rows of
+    ``initial_states`` elsewhere are not read) and carries the state that
+    ``step`` returns to its next row. All sequences advance together: time
+    step ``j`` makes one ``step`` call on row ``j`` of every sequence that
+    long, so a batch of ``S`` sequences of at most ``L`` rows costs ``L``
+    calls of ``S`` rows or fewer. Gradients flow through time.
+
+    Args:
+        step: ``step(inputs, states) -> (output, next_states)`` on a batch of
+            rows, e.g. ``model.policy``.
+        inputs: tensors ``[B, ...]`` in time order.
+        initial_states: tensors ``[B, ...]``.
+        segment_end: bool ``[B]`` (numpy), True on the last row of each sequence.
+
+    Returns:
+        ``(output, states_t, states_tp1)``, each with one row per input row:
+        the step output, the state the step saw, and the state it returned.
+    """
+    seg = np.asarray(segment_end, dtype=bool).reshape(-1)
+    size = seg.shape[0]
+    if size == 0:
+        raise ValueError("unroll_sequences needs at least one row")
+    starts = sequence_starts(seg)
+    lengths = np.diff(np.append(starts, size))
+    order = np.argsort(-lengths, kind="stable")  # longest first: the sequences still running are a prefix
+    starts, lengths = starts[order], lengths[order]
+    state = {k: paddle.gather(v, paddle.to_tensor(starts)) for k, v in initial_states.items()}
+    outs: list[paddle.Tensor] = []
+    seen: dict[str, list[paddle.Tensor]] = {k: [] for k in initial_states}
+    returned: dict[str, list[paddle.Tensor]] = {k: [] for k in initial_states}
+    rows: list[np.ndarray] = []
+    for j in range(int(lengths.max())):
+        running = int(np.count_nonzero(lengths > j))
+        rows_j = starts[:running] + j
+        index = paddle.to_tensor(rows_j)
+        x = {k: paddle.gather(v, index) for k, v in inputs.items()}
+        h = {k: v[:running] for k, v in state.items()}
+        out, h_next = step(x, h)
+        outs.append(out)
+        for k in seen:
+            seen[k].append(h[k])
+            returned[k].append(h_next[k])
+        state = dict(h_next)
+        rows.append(rows_j)
+    back = paddle.to_tensor(np.argsort(np.concatenate(rows), kind="stable"))
+
+    def in_row_order(parts: list[paddle.Tensor]) -> paddle.Tensor:
+        return paddle.gather(paddle.concat(parts, axis=0), back)
+
+    return (
+        in_row_order(outs),
+        {k: in_row_order(v) for k, v in seen.items()},
+        {k: in_row_order(v) for k, v in returned.items()},
+    )
 
 
 def categorical_log_prob(logits: paddle.Tensor, action: paddle.Tensor) -> paddle.Tensor:

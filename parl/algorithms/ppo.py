@@ -1,13 +1,20 @@
-"""Proximal policy optimisation (Schulman et al., 2017), clipped objective, with GAE."""
+"""Proximal policy optimisation (Schulman et al., 2017), clipped objective, with GAE; recurrent models too."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import paddle
 
-from parl.algorithms.functional import categorical_entropy, categorical_log_prob, gae_advantages
+from parl.algorithms.functional import (
+    categorical_entropy,
+    categorical_log_prob,
+    gae_advantages,
+    sequence_starts,
+    unroll_sequences,
+)
 from parl.data.specs import FieldSpec
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
@@ -31,7 +38,8 @@ class PPOConfig:
     epochs: int = 20
     """Passes over each learning batch."""
     minibatch_size: int = 256
-    """Samples per gradient step (the batch is cut into minibatches of this size)."""
+    """Samples per gradient step (the batch is cut into minibatches of this size; with a recurrent model,
+    into groups of whole sequences of at least this many samples)."""
     value_coef: float = 0.5
     """Weight of the value loss."""
     entropy_coef: float = 0.0
@@ -65,6 +73,18 @@ class PPO(Algorithm):
 
     ``learn`` reports ``loss``, ``policy_loss``, ``value_loss``, ``entropy``,
     ``approx_kl``, ``clip_fraction`` and per sample ``advantage``.
+
+    **Recurrent models.** When the model declares ``state_specs``, its methods
+    take the states and return the next ones too: ``policy(inputs, states) ->
+    (logits, next_states)`` and ``value(inputs, states) -> (values,
+    next_states)``, each step's state being what the model computed at the
+    previous step. ``predict`` returns the next states, which the helper
+    carries to the next step and stores with each row. ``learn`` rebuilds the
+    sequences from the time-ordered rows (a sequence starts at row 0 and after
+    every ``segment_end``), starts each from the stored ``states`` of its
+    first row, unrolls ``policy`` through it (gradients flow through time) and
+    evaluates ``value`` on the unrolled states; minibatches are groups of
+    whole sequences. See ``docs/recurrent.md``.
     """
 
     def __init__(self, model: Model | ModelFactory, config: PPOConfig | None = None) -> None:
@@ -80,10 +100,23 @@ class PPO(Algorithm):
         )
         self.rng = np.random.default_rng(self.config.seed)
         self.learn_steps = 0
+        self.recurrent = bool(self.model.state_specs())
 
     def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
-        model.policy(inputs)  # type: ignore[operator]
-        model.value(inputs)  # type: ignore[operator]
+        if not model.state_specs():
+            model.policy(inputs)  # type: ignore[operator]
+            model.value(inputs)  # type: ignore[operator]
+            return
+        for method in ("policy", "value"):
+            out = getattr(model, method)(inputs, states)
+            if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping)):
+                raise TypeError(
+                    f"{type(model).__name__} declares recurrent states, so {method}(inputs, states) must return "
+                    f"(output, next_states) with next_states a dict like the states; got {type(out).__name__}"
+                )
+            missing = sorted(set(states) - set(out[1]))
+            if missing:
+                raise TypeError(f"{type(model).__name__}.{method} returned next states without {missing}")
 
     def extra_learn_specs(self) -> list[FieldSpec]:
         return [FieldSpec("logp", (), "float32")]
@@ -91,11 +124,57 @@ class PPO(Algorithm):
     def extra_predict_specs(self) -> list[FieldSpec]:
         return [FieldSpec("logp", (), "float32")]
 
-    def _value(self, inputs: Tensors) -> paddle.Tensor:
+    def _value(self, inputs: Tensors, states: Tensors | None = None) -> paddle.Tensor:
+        if self.recurrent:
+            return self.model.value(inputs, states)[0].reshape([-1])  # type: ignore[operator]
         return self.model.value(inputs).reshape([-1])  # type: ignore[operator]
 
+    def unroll(
+        self, inputs: Tensors, states: Tensors, segment_end: np.ndarray
+    ) -> tuple[paddle.Tensor, dict[str, paddle.Tensor], dict[str, paddle.Tensor]]:
+        """Logits of every row of time-ordered ``inputs``, with the states before and after each row.
+
+        A recurrent model is unrolled sequence by sequence (see
+        :func:`~parl.algorithms.functional.unroll_sequences`), each sequence
+        starting from ``states`` at its first row; a feed-forward model is
+        called once and the state dicts are empty.
+        """
+        if not self.recurrent:
+            return self.model.policy(inputs), {}, {}  # type: ignore[operator]
+        return unroll_sequences(self.model.policy, inputs, states, segment_end)  # type: ignore[arg-type]
+
+    def _minibatches(self, size: int, seg: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """One epoch's minibatches: (rows, segment ends within the minibatch), shuffled.
+
+        Feed-forward: random rows, ``minibatch_size`` at a time. Recurrent:
+        whole sequences in random order, grouped until a group holds at least
+        ``minibatch_size`` rows; each sequence keeps its rows in time order.
+        """
+        c = self.config
+        if not self.recurrent:
+            order = self.rng.permutation(size)
+            return [(order[i : i + c.minibatch_size], np.ones(0, bool)) for i in range(0, size, c.minibatch_size)]
+        starts = sequence_starts(seg)
+        ends = np.append(starts[1:], size)
+        groups: list[tuple[np.ndarray, np.ndarray]] = []
+        rows: list[np.ndarray] = []
+        count = 0
+        for s in self.rng.permutation(starts.size):
+            rows.append(np.arange(starts[s], ends[s]))
+            count += int(ends[s] - starts[s])
+            if count >= c.minibatch_size:
+                groups.append(_sequence_group(rows))
+                rows, count = [], 0
+        if rows:
+            groups.append(_sequence_group(rows))
+        return groups
+
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
-        logits = self.model.policy(inputs)  # type: ignore[operator]
+        next_states: Mapping[str, paddle.Tensor] = {}
+        if self.recurrent:
+            logits, next_states = self.model.policy(inputs, states)  # type: ignore[operator]
+        else:
+            logits = self.model.policy(inputs)  # type: ignore[operator]
         logp_all = paddle.nn.functional.log_softmax(logits, axis=-1).numpy()
         if explore:
             # Gumbel-max sampling: argmax(logp + Gumbel noise) ~ Categorical(softmax(logits)).
@@ -104,16 +183,32 @@ class PPO(Algorithm):
             action = logp_all.argmax(axis=-1)
         logp = np.take_along_axis(logp_all, action[:, None], axis=-1)[:, 0]
         return Prediction(
-            actions={self.action_name: action.astype(np.int64)}, extras={"logp": logp.astype(np.float32)}
+            actions={self.action_name: action.astype(np.int64)},
+            states=dict(next_states),
+            extras={"logp": logp.astype(np.float32)},
         )
+
+    def values(self, batch: TrainingBatch) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """``V(s_t)`` and ``V(s_tp1)`` of every row under the current parameters (no gradient).
+
+        For a recurrent model the states come from unrolling each sequence
+        from its stored initial state; ``V(s_tp1)`` of a sequence's last row
+        uses the state after that row, so a truncated episode or a chunk cut
+        mid-episode bootstraps from what the policy would have carried on with.
+        """
+        with paddle.no_grad():
+            if not self.recurrent:
+                return self._value(batch.inputs), self._value(batch.next_inputs)
+            size = batch.size
+            seg = batch.segment_end.numpy().astype(bool) if batch.segment_end is not None else np.ones(size, bool)
+            _, states_t, states_tp1 = self.unroll(batch.inputs, batch.states, seg)
+            return self._value(batch.inputs, states_t), self._value(batch.next_inputs, states_tp1)
 
     def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
         c = self.config
         reward = next(iter(batch.rewards.values())).reshape([-1])
-        with paddle.no_grad():
-            v_t = self._value(batch.inputs)
-            v_tp1 = self._value(batch.next_inputs)
-            delta = reward + c.gamma * (1.0 - batch.terminal) * v_tp1 - v_t
+        v_t, v_tp1 = self.values(batch)
+        delta = reward + c.gamma * (1.0 - batch.terminal) * v_tp1 - v_t
         size = int(delta.shape[0])
         seg = batch.segment_end.numpy() if batch.segment_end is not None else np.ones(size, np.float32)
         adv = gae_advantages(delta.numpy(), seg, c.gamma, c.gae_lambda)
@@ -121,16 +216,16 @@ class PPO(Algorithm):
         old_logp = batch.extras["logp"].numpy()
         actions = batch.actions[self.action_name].numpy()
         inputs_np = {k: v.numpy() for k, v in batch.inputs.items()}
+        states_np = {k: v.numpy() for k, v in batch.states.items()}
         stats: dict[str, list[float]] = {k: [] for k in ("loss", "policy_loss", "value_loss", "entropy", "kl", "clip")}
         for _ in range(c.epochs):
-            order = self.rng.permutation(size)
-            for start in range(0, size, c.minibatch_size):
-                idx = order[start : start + c.minibatch_size]
+            for idx, mb_seg in self._minibatches(size, seg.astype(bool)):
                 mb_adv = adv[idx]
                 if c.normalize_advantages and idx.size > 1:
                     mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
                 mb_inputs = {k: paddle.to_tensor(v[idx]) for k, v in inputs_np.items()}
-                logits = self.model.policy(mb_inputs)  # type: ignore[operator]
+                mb_states = {k: paddle.to_tensor(v[idx]) for k, v in states_np.items()}
+                logits, mb_states_t, _ = self.unroll(mb_inputs, mb_states, mb_seg)
                 logp = categorical_log_prob(logits, paddle.to_tensor(actions[idx]))
                 log_ratio = logp - paddle.to_tensor(old_logp[idx])
                 ratio = log_ratio.exp()
@@ -139,7 +234,7 @@ class PPO(Algorithm):
                     ratio * mb_adv_t, paddle.clip(ratio, 1.0 - c.clip_range, 1.0 + c.clip_range) * mb_adv_t
                 )
                 policy_loss = -surrogate.mean()
-                value_loss = ((self._value(mb_inputs) - paddle.to_tensor(returns[idx])) ** 2).mean()
+                value_loss = ((self._value(mb_inputs, mb_states_t) - paddle.to_tensor(returns[idx])) ** 2).mean()
                 entropy = categorical_entropy(logits).mean()
                 loss = policy_loss + c.value_coef * value_loss - c.entropy_coef * entropy
                 self.apply_gradients(loss, self.optimizer)
@@ -156,3 +251,10 @@ class PPO(Algorithm):
         out["clip_fraction"] = paddle.to_tensor(np.float32(np.mean(stats["clip"])))
         out["advantage"] = paddle.to_tensor(adv)
         return out
+
+
+def _sequence_group(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of several whole sequences, concatenated, and True at the last row of each."""
+    seg = np.zeros(sum(r.size for r in rows), bool)
+    seg[np.cumsum([r.size for r in rows]) - 1] = True
+    return np.concatenate(rows), seg

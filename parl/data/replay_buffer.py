@@ -14,6 +14,7 @@ __all__ = ["ReplayBuffer"]
 
 _GROUPS = ("inputs", "actions", "rewards", "next_inputs", "states", "next_states", "extras")
 _TERMINAL = FieldSpec("terminal", (), "bool")
+_STEPS = FieldSpec("bootstrap_steps", (), "int64")
 
 
 class ReplayBuffer:
@@ -26,7 +27,9 @@ class ReplayBuffer:
         batch = buf.sample(64, rng)        # a TrainingBatch of 64 rows
         len(buf)                           # rows stored, at most the capacity
 
-    When full, the oldest rows are overwritten.
+    When full, the oldest rows are overwritten. ``bootstrap_steps`` (n-step
+    transitions) is kept per row; once a batch with it has been added,
+    sampled batches carry it (rows added without it count one step).
     """
 
     def __init__(
@@ -57,6 +60,8 @@ class ReplayBuffer:
             for g, specs in self._specs.items()
         }
         self._terminal = np.zeros(self.capacity, bool)
+        self._steps = np.ones(self.capacity, np.int64)
+        self._has_steps = False
         self._next = 0
         self._size = 0
         self.added = 0
@@ -64,8 +69,11 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self._size
 
-    def add(self, batch: TrainingBatch) -> None:
-        """Append every row of ``batch`` (validated against the specs; nothing is stored on error)."""
+    def add(self, batch: TrainingBatch) -> np.ndarray:
+        """Append every row of ``batch`` (validated against the specs; nothing is stored on error).
+
+        Returns the positions the rows were written to (what :meth:`gather` takes).
+        """
         checked: dict[str, dict[str, np.ndarray]] = {}
         # The row count comes from the inputs, so a wrong-length field is the one blamed.
         checked["inputs"] = check_fields(batch.inputs, self._specs["inputs"], task=self.name, group="inputs")
@@ -77,16 +85,23 @@ class ReplayBuffer:
             checked[g] = check_fields(group, self._specs[g], task=self.name, group=g, batch_size=n)
         flags = {"terminal": batch.terminal}
         terminal = check_fields(flags, [_TERMINAL], task=self.name, group="batch", batch_size=n)["terminal"]
+        steps = None
+        if batch.bootstrap_steps is not None:
+            given = {"bootstrap_steps": batch.bootstrap_steps}
+            steps = check_fields(given, [_STEPS], task=self.name, group="batch", batch_size=n)["bootstrap_steps"]
         if n == 0:
-            return
+            return np.zeros(0, np.int64)
         idx = (self._next + np.arange(n)) % self.capacity
         for g in _GROUPS:
             for k, v in checked[g].items():
                 self._data[g][k][idx] = v
         self._terminal[idx] = terminal
+        self._steps[idx] = 1 if steps is None else steps
+        self._has_steps = self._has_steps or steps is not None
         self._next = int((self._next + n) % self.capacity)
         self._size = min(self.capacity, self._size + n)
         self.added += n
+        return idx
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> TrainingBatch:
         """``batch_size`` rows drawn uniformly with replacement."""
@@ -110,6 +125,7 @@ class ReplayBuffer:
             states=groups["states"],
             next_states=groups["next_states"],
             extras=groups["extras"],
+            bootstrap_steps=self._steps[idx] if self._has_steps else None,
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -117,6 +133,7 @@ class ReplayBuffer:
         return {
             "data": {g: {k: v[: self._size].copy() for k, v in d.items()} for g, d in self._data.items()},
             "terminal": self._terminal[: self._size].copy(),
+            "bootstrap_steps": self._steps[: self._size].copy() if self._has_steps else None,
             "next": self._next,
             "size": self._size,
             "added": self.added,
@@ -131,6 +148,11 @@ class ReplayBuffer:
             for k, v in d.items():
                 self._data[g][k][:size] = v
         self._terminal[:size] = state["terminal"]
+        saved_steps = state.get("bootstrap_steps")
+        self._has_steps = saved_steps is not None
+        self._steps[:] = 1
+        if saved_steps is not None:
+            self._steps[:size] = saved_steps
         self._next = int(state["next"])
         self._size = size
         self.added = int(state["added"])

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from parl.algorithms.functional import n_step_return
+from parl.data.prioritized_replay import PrioritizedReplayBuffer
 from parl.data.replay_buffer import ReplayBuffer
 from parl.data.specs import FieldSpec, SpecError, check_fields, zeros_for
 from parl.framework.communicator import Communicator
@@ -93,7 +95,8 @@ class AgentHelper:
         self.last_prediction: Prediction | None = None
         # A helper that does not override on_transition has no use for transitions: skip building them.
         self._wants_transitions = type(self).on_transition is not AgentHelper.on_transition
-        self._wants_experience = self._wants_transitions or type(self).on_episode_end is not AgentHelper.on_episode_end
+        self._accepted: dict[str, tuple[Any, np.ndarray]] = {}
+        self._input_dtypes = {spec.name: spec.np_dtype for spec in self.input_specs}
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
 
@@ -115,6 +118,9 @@ class AgentHelper:
         self.comm.put_prediction_data(batched, self.states, explore)
         pred = self.comm.get_prediction_return()
         self.last_prediction = pred
+        # The task accepted exactly these arrays (specs on entry, NaN/inf on the packed batch), so
+        # store_data of the same objects need not check them again.
+        self._accepted = {k: (v, b[0]) for (k, v), b in zip(inputs.items(), batched.values())}
         self._pre_states = self.states
         if pred.states:
             self.states = pred.states
@@ -138,19 +144,14 @@ class AgentHelper:
         """
         if game_over is not GameOver.NOT_OVER:
             game_over = GameOver(int(game_over))
-        if not self._wants_experience:
-            # Nothing consumes experience in this helper: keep only the episode bookkeeping.
-            self._pre_states = None
-            if game_over != GameOver.NOT_OVER:
-                self.on_episode_end(game_over)
-            return
         where = {"task": self.name, "batched": False, "agent_id": self.agent_id}
         # The states that go with these inputs: those the prediction on them used, or, when there
         # was no prediction since the last record (the final observation), the current states.
         states = self._pre_states if self._pre_states is not None else self.states
         self._pre_states = None
         record: dict[str, Any] = {
-            "inputs": check_fields(inputs, self.input_specs, group="inputs", **where),  # type: ignore[arg-type]
+            "inputs": self._accepted_inputs(inputs)
+            or check_fields(inputs, self.input_specs, group="inputs", **where),  # type: ignore[arg-type]
             "states": states,
             "game_over": game_over,
         }
@@ -182,6 +183,19 @@ class AgentHelper:
         self._prev = record if game_over == GameOver.NOT_OVER else None
         if game_over != GameOver.NOT_OVER:
             self.on_episode_end(game_over)
+
+    def _accepted_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+        """The checked arrays when ``inputs`` holds the very objects of the last prediction, else None."""
+        accepted = self._accepted
+        if not accepted or len(inputs) != len(accepted):
+            return None
+        out = {}
+        for k, v in inputs.items():
+            pair = accepted.get(k)
+            if pair is None or pair[0] is not v or pair[1].dtype != self._input_dtypes[k]:
+                return None
+            out[k] = pair[1]
+        return out
 
     def _extras_from_prediction(self) -> dict[str, np.ndarray]:
         """Per-sample extras the algorithm asked to learn from, taken from this step's prediction."""
@@ -321,39 +335,131 @@ class ExpReplayConfig:
     """STORE_DATA: ``store_data`` learns on schedule; AGENT: the agent calls ``learn()``."""
     seed: int | None = None
     """Seed of sampling (None: derived from the agent id)."""
+    n_step: int = 1
+    """Store n-step transitions: rewards summed over up to this many steps, never across an episode end."""
+    gamma: float | None = None
+    """Discount of the n-step reward sums; required when ``n_step > 1`` and equal to the algorithm's gamma."""
+    prioritized: bool = False
+    """Sample by priority (Schaul et al., 2016) and send importance ``weights``; priorities come back from learn."""
+    alpha: float = 0.6
+    """Prioritized replay: how much the priority counts (0: uniform sampling)."""
+    beta0: float = 0.4
+    """Prioritized replay: importance-sampling exponent at the start, rising linearly to 1."""
+    beta_steps: int = 100_000
+    """Prioritized replay: transitions stored by this agent over which beta reaches 1."""
+    priority_eps: float = 1e-6
+    """Prioritized replay: added to ``|td_error|`` so that no transition gets priority 0."""
+    priority_key: str = "td_error"
+    """Prioritized replay: the per-sample learn output used as the new priority (its absolute value)."""
 
     def __post_init__(self) -> None:
         if self.capacity < 1 or self.batch_size < 1 or self.learn_every < 1 or self.learning_starts < 0:
             raise ValueError("ExpReplayConfig: capacity, batch_size and learn_every must be >= 1, learning_starts >= 0")
+        if self.n_step < 1:
+            raise ValueError(f"ExpReplayConfig.n_step must be >= 1, got {self.n_step}")
+        if self.n_step > 1 and self.gamma is None:
+            raise ValueError(
+                f"ExpReplayConfig(n_step={self.n_step}) needs gamma, the discount of the reward sums; set it to the "
+                "algorithm's gamma, e.g. ExpReplayConfig(n_step=3, gamma=0.99)"
+            )
+        if self.gamma is not None and not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"ExpReplayConfig.gamma must be in [0, 1], got {self.gamma}")
+        if self.alpha < 0 or not 0.0 <= self.beta0 <= 1.0 or self.beta_steps < 1 or self.priority_eps <= 0:
+            raise ValueError("ExpReplayConfig: needs alpha >= 0, 0 <= beta0 <= 1, beta_steps >= 1, priority_eps > 0")
 
 
 class ExpReplayHelper(AgentHelper):
     """Keeps this agent's replay buffer and sends sampled batches for learning::
 
-    helper = ExpReplayHelper("RL", comm, ExpReplayConfig(batch_size=32, learn_every=4))
-    ...
-    helper.learn()      # with LearnTrigger.AGENT; otherwise store_data calls it
+        helper = ExpReplayHelper("RL", comm, ExpReplayConfig(batch_size=32, learn_every=4))
+        ...
+        helper.learn()      # with LearnTrigger.AGENT; otherwise store_data calls it
+
+    With ``n_step > 1`` each stored row spans up to ``n_step`` transitions: its
+    reward is the discounted sum ``r_t + gamma r_{t+1} + ...``, its next inputs
+    (and states) are those after the last transition summed, it is terminal
+    when the episode terminated within the span, and ``bootstrap_steps`` says
+    how many transitions it spans (fewer at an episode end, which it never
+    crosses; a truncated end is bootstrapped). The algorithm discounts the
+    bootstrap value by ``gamma ** bootstrap_steps``.
+
+    With ``prioritized=True`` the buffer is a :class:`PrioritizedReplayBuffer`:
+    batches are drawn by priority, carry importance ``weights``, and the
+    ``priority_key`` output of learn (``td_error`` for DQN; each agent gets its
+    own rows) becomes the new priority of the rows sent.
     """
 
     def __init__(self, name: str, comm: Communicator, config: ExpReplayConfig | None = None) -> None:
         super().__init__(name, comm)
-        self.config = config if config is not None else ExpReplayConfig()
-        self.buffer = ReplayBuffer(
-            self.config.capacity,
-            self.input_specs,
-            self.action_specs,
-            self.reward_specs,
-            self.state_specs,
-            self.extra_specs,
-            name=f"{name}/agent{self.agent_id}",
-        )
-        seed = self.config.seed if self.config.seed is not None else 10_007 * (self.agent_id + 1)
+        self.config = c = config if config is not None else ExpReplayConfig()
+        _check_gamma(comm.wrapper.task, c)
+        specs = (self.input_specs, self.action_specs, self.reward_specs, self.state_specs, self.extra_specs)
+        buffer_name = f"{name}/agent{self.agent_id}"
+        self.buffer: ReplayBuffer
+        if c.prioritized:
+            self.buffer = PrioritizedReplayBuffer(
+                c.capacity, *specs, name=buffer_name, alpha=c.alpha, beta0=c.beta0, beta_steps=c.beta_steps,
+                eps=c.priority_eps,
+            )
+        else:
+            self.buffer = ReplayBuffer(c.capacity, *specs, name=buffer_name)
+        seed = c.seed if c.seed is not None else 10_007 * (self.agent_id + 1)
         self.rng = np.random.default_rng(seed)
         self._since_learn = 0
+        # One-step transitions of the current episode not yet folded into an n-step row (at most n_step - 1).
+        self._pending: list[TrainingBatch] = []
+
+    def start_episode(self) -> None:
+        # An episode cut by the agent (no store_final) leaves transitions waiting: store them, bootstrapped.
+        if self._pending:
+            self._store(self._n_step_rows(self._pending, len(self._pending)))
+            self._pending = []
+        super().start_episode()
 
     def on_transition(self, transition: TrainingBatch) -> None:
-        self.buffer.add(transition)
-        self._since_learn += 1
+        if self.config.n_step == 1:
+            self._store(transition)
+            return
+        self._pending.append(transition)
+        if bool(np.asarray(transition.segment_end)[-1]):
+            # The episode ended: every pending transition gets its (shorter) row now.
+            rows, self._pending = self._n_step_rows(self._pending, len(self._pending)), []
+            self._store(rows)
+        elif len(self._pending) == self.config.n_step:
+            row = self._n_step_rows(self._pending, 1)
+            self._pending.pop(0)
+            self._store(row)
+
+    def _n_step_rows(self, window: list[TrainingBatch], count: int) -> TrainingBatch:
+        """The n-step rows of the first ``count`` transitions of ``window`` (consecutive one-row transitions)."""
+        gamma = self.config.gamma if self.config.gamma is not None else 1.0
+        rewards: dict[str, np.ndarray] = {}
+        steps = np.ones(count, np.int64)
+        terminal = np.concatenate([np.asarray(t.terminal, bool) for t in window])
+        seg = np.concatenate([np.ones(t.size, bool) if t.segment_end is None else t.segment_end for t in window])
+        for key in window[0].rewards:
+            r = np.concatenate([np.asarray(t.rewards[key]) for t in window])
+            g, k = n_step_return(r, terminal, gamma, self.config.n_step, seg)
+            rewards[key], steps = g[:count], k[:count]
+        last = [window[i + int(steps[i]) - 1] for i in range(count)]
+        first = _concat(window[:count]) if count > 1 else window[0]
+        ends = _concat(last) if count > 1 else last[0]
+        return TrainingBatch(
+            inputs=first.inputs,
+            actions=first.actions,
+            rewards=rewards,
+            next_inputs=ends.next_inputs,
+            terminal=np.asarray(ends.terminal, bool),
+            segment_end=np.asarray(ends.segment_end, bool),
+            states=first.states,
+            next_states=ends.next_states,
+            extras=first.extras,
+            bootstrap_steps=steps,
+        )
+
+    def _store(self, rows: TrainingBatch) -> None:
+        self.buffer.add(rows)
+        self._since_learn += rows.size
         if self.config.learn_trigger == LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
             self.learn()
 
@@ -361,4 +467,28 @@ class ExpReplayHelper(AgentHelper):
         if len(self.buffer) < max(1, self.config.learning_starts):
             return None
         self._since_learn = 0
-        return self._send(self.buffer.sample(self.config.batch_size, self.rng))
+        if not isinstance(self.buffer, PrioritizedReplayBuffer):
+            return self._send(self.buffer.sample(self.config.batch_size, self.rng))
+        batch, idx = self.buffer.sample_with_indices(self.config.batch_size, self.rng)
+        result = self._send(batch)
+        key = self.config.priority_key
+        if key not in result.per_sample:
+            raise ValueError(
+                f"agent {self.agent_id}, task {self.name!r}: prioritized replay needs the per-sample learn output "
+                f"{key!r} as priority, but learn returned only {sorted(result.per_sample)}; set "
+                "ExpReplayConfig.priority_key to one of them"
+            )
+        self.buffer.update_priorities(idx, result.per_sample[key])
+        return result
+
+
+def _check_gamma(task: Any, config: ExpReplayConfig) -> None:
+    """Refuse an n-step gamma that differs from the algorithm's (when the algorithm is in this process)."""
+    if config.n_step == 1:
+        return
+    algo_gamma = getattr(getattr(getattr(task, "algorithm", None), "config", None), "gamma", None)
+    if isinstance(algo_gamma, (int, float)) and not np.isclose(algo_gamma, float(config.gamma or 0.0)):
+        raise ValueError(
+            f"task {task.name!r}: ExpReplayConfig.gamma={config.gamma} (the n-step reward discount) differs from "
+            f"the algorithm's gamma={algo_gamma}; the target would mix two discounts"
+        )

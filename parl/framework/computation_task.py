@@ -19,6 +19,7 @@ __all__ = ["ComputationTask", "AlgorithmFactory"]
 AlgorithmFactory = Callable[[], Algorithm]
 
 _CHECKPOINT_VERSION = 1
+_STEPS_SPEC = FieldSpec("bootstrap_steps", (), "int64")
 
 
 def _to_tensors(data: Mapping[str, np.ndarray]) -> dict[str, paddle.Tensor]:
@@ -145,6 +146,17 @@ class ComputationTask:
         if batch.weights is not None:
             w_spec = FieldSpec("weights", (), "float32")
             weights = check_fields({"weights": batch.weights}, [w_spec], group="batch", **b)["weights"]  # type: ignore[arg-type]
+        bootstrap_steps = None
+        if batch.bootstrap_steps is not None:
+            bootstrap_steps = check_fields(
+                {"bootstrap_steps": batch.bootstrap_steps}, [_STEPS_SPEC], group="batch", **b  # type: ignore[arg-type]
+            )["bootstrap_steps"]
+            if bootstrap_steps.size and bootstrap_steps.min() < 1:
+                who = f"agent {agent_id}, " if agent_id is not None else ""
+                raise SpecError(
+                    f"{who}task {self.name!r}, batch field 'bootstrap_steps': every row spans at least one step, "
+                    f"got a minimum of {int(bootstrap_steps.min())}"
+                )
         return TrainingBatch(
             inputs=inputs,
             actions=check_fields(batch.actions, self.action_specs, group="actions", **b),  # type: ignore[arg-type]
@@ -156,6 +168,7 @@ class ComputationTask:
             next_states=check_fields(batch.next_states, self.state_specs, group="next_states", **b),  # type: ignore[arg-type]
             extras=check_fields(batch.extras, self.extra_learn_specs, group="extras", **b),  # type: ignore[arg-type]
             weights=weights,
+            bootstrap_steps=bootstrap_steps,
         )
 
     def learn(self, batch: TrainingBatch, check: bool = True) -> LearnResult:
@@ -168,6 +181,16 @@ class ComputationTask:
         if check:
             batch = self.check_batch(batch)
         size = batch.size
+        steps = batch.bootstrap_steps
+        if steps is not None and not getattr(self.algorithm, "uses_bootstrap_steps", False):
+            if np.any(np.asarray(steps) != 1):
+                raise ValueError(
+                    f"task {self.name!r}: the batch holds multi-step transitions (bootstrap_steps up to "
+                    f"{int(np.max(steps))}) but {type(self.algorithm).__name__} ignores bootstrap_steps and would "
+                    "discount their bootstrap values by gamma instead of gamma ** steps; use n_step=1 "
+                    "(ExpReplayConfig) or an algorithm with uses_bootstrap_steps = True (DQN)"
+                )
+            steps = None
         tensor_batch = TrainingBatch(
             inputs=_to_tensors(batch.inputs),
             actions=_to_tensors(batch.actions),
@@ -181,6 +204,7 @@ class ComputationTask:
             next_states=_to_tensors(batch.next_states),
             extras=_to_tensors(batch.extras),
             weights=None if batch.weights is None else paddle.to_tensor(np.asarray(batch.weights, np.float32)),
+            bootstrap_steps=None if steps is None else paddle.to_tensor(np.asarray(steps, np.float32)),
         )
         with self.algorithm.model.learn_lock:
             out = self.algorithm.learn(tensor_batch)

@@ -88,11 +88,18 @@ class BatchStats:
 
 
 def pack_training_batches(batches: Sequence[TrainingBatch]) -> tuple[TrainingBatch, list[int]]:
-    """Concatenate transition batches along the sample axis; returns the batch and row offsets."""
+    """Concatenate transition batches along the sample axis; returns the batch and row offsets.
+
+    Optional per-row fields are filled in for the batches that lack them when
+    another batch has them: ``segment_end`` with True (every row its own
+    segment), ``weights`` with 1.0 and ``bootstrap_steps`` with 1 (one-step
+    transitions). A field that no batch has stays None.
+    """
     inputs, offsets = pack_fields([b.inputs for b in batches])
     n = [b.size for b in batches]
     seg = [np.ones(k, bool) if b.segment_end is None else np.asarray(b.segment_end, bool) for b, k in zip(batches, n)]
     any_weights = any(b.weights is not None for b in batches)
+    any_steps = any(b.bootstrap_steps is not None for b in batches)
     packed = TrainingBatch(
         inputs=inputs,
         actions=pack_fields([b.actions for b in batches])[0],
@@ -110,6 +117,14 @@ def pack_training_batches(batches: Sequence[TrainingBatch]) -> tuple[TrainingBat
             ]
         )
         if any_weights
+        else None,
+        bootstrap_steps=np.concatenate(
+            [
+                np.ones(k, np.int64) if b.bootstrap_steps is None else np.asarray(b.bootstrap_steps, np.int64)
+                for b, k in zip(batches, n)
+            ]
+        )
+        if any_steps
         else None,
     )
     return packed, offsets

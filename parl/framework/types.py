@@ -52,6 +52,15 @@ class TrainingBatch:
         extras: algorithm-specific per-sample fields (declared by
             ``Algorithm.extra_learn_specs``), e.g. behaviour log-probs.
         weights: float ``[B]`` importance weights, or None for all ones.
+        bootstrap_steps: int ``[B]`` or None; how many time steps row ``i``
+            spans: ``rewards[i]`` is already the discounted sum of that many
+            rewards and ``next_inputs[i]`` comes that many steps after
+            ``inputs[i]``, so the bootstrap value is discounted by
+            ``gamma ** bootstrap_steps[i]``. None means 1 for every row
+            (one-step transitions). Written by ``ExpReplayHelper`` with
+            ``n_step > 1``; an algorithm that reads it sets
+            ``uses_bootstrap_steps = True``, and a task refuses multi-step
+            rows for any other algorithm.
     """
 
     inputs: Mapping[str, Any]
@@ -64,6 +73,7 @@ class TrainingBatch:
     next_states: Mapping[str, Any] = field(default_factory=dict)
     extras: Mapping[str, Any] = field(default_factory=dict)
     weights: Any = None
+    bootstrap_steps: Any = None
 
     @property
     def size(self) -> int:
