@@ -5,8 +5,30 @@ effects: it starts no thread or process, reads no environment variable and
 prints nothing.
 """
 
-from parl import layers
-from parl.algorithms.dqn import DQN, DQNConfig
+import warnings as _warnings
+
+# Paddle warns on import when the C++ build cache "ccache" is missing, which concerns only users who
+# compile Paddle extensions. Silence that one message while Paddle loads; the filters are restored.
+with _warnings.catch_warnings():
+    _warnings.filterwarnings("ignore", message=".*ccache.*", category=UserWarning)
+    import paddle as _paddle  # noqa: F401
+
+from parl import layers  # noqa: E402
+from parl.agents.gym_agent import GymAgent
+from parl.algorithms import (
+    A2C,
+    DDPG,
+    DQN,
+    PPO,
+    SAC,
+    TD3,
+    A2CConfig,
+    DDPGConfig,
+    DQNConfig,
+    PPOConfig,
+    SACConfig,
+    TD3Config,
+)
 from parl.data.replay_buffer import ReplayBuffer
 from parl.data.specs import FieldSpec, SpecError
 from parl.framework.agent import Agent, StepResult
@@ -29,11 +51,24 @@ from parl.framework.manager import Manager, ManagerConfig, RunReport, Runtime, T
 from parl.framework.model import Model
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.layers.layer_func import LayerFunc, ParamSyncError
+from parl.training.evaluation_stopper import EvalStopper
 from parl.utils.evaluation import evaluate_greedy
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "A2C",
+    "A2CConfig",
+    "DDPG",
+    "DDPGConfig",
+    "EvalStopper",
+    "GymAgent",
+    "PPO",
+    "PPOConfig",
+    "SAC",
+    "SACConfig",
+    "TD3",
+    "TD3Config",
     "Agent",
     "AgentError",
     "AgentHelper",

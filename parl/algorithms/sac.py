@@ -93,7 +93,7 @@ class Temperature(paddle.nn.Layer):
     @property
     def alpha(self) -> float:
         """The current temperature ``exp(log_alpha)``."""
-        return float(paddle.exp(self.log_alpha).item())
+        return float(paddle.exp(self.log_alpha).numpy()[0])
 
 
 class SAC(Algorithm):

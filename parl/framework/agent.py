@@ -71,6 +71,7 @@ class Agent:
         self.seed = seed
         self.episode_return = 0.0
         self.episode_steps = 0
+        self.total_steps = 0
         self.episodes = 0
         self._seeded = False
 
@@ -113,6 +114,7 @@ class Agent:
                 break
         self.episode_return += total
         self.episode_steps += time_steps
+        self.total_steps += time_steps
         return StepResult(obs, total, bool(terminated), bool(truncated), dict(info), time_steps)
 
     def close(self) -> None:

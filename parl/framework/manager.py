@@ -125,6 +125,8 @@ class RunReport:
 
     episodes: int
     steps: int
+    """Env steps of all agents, including episodes cut by the end of the run (for agents in
+    worker processes, steps of finished episodes)."""
     seconds: float
     returns: dict[int, list[float]]
     """Episode returns per agent, in order."""
@@ -314,7 +316,7 @@ class Manager:
             raise AgentError(f.agent_id, f.error, f.traceback_text) from f.error
         return RunReport(
             episodes=control.episodes,
-            steps=control.steps,
+            steps=control.env_steps,
             seconds=seconds,
             returns={k: list(v) for k, v in control.returns.items()},
             lengths={k: list(v) for k, v in control.lengths.items()},

@@ -47,6 +47,8 @@ class RunControl:
     started_at: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
+        self._live: dict[int, Agent] = {}
+        self._retired_steps = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.returns = {i: [] for i in range(self.num_agents)}
@@ -69,13 +71,32 @@ class RunControl:
         """Whether the episode, step or time budget is used up."""
         if self.max_episodes is not None and self.episodes >= self.max_episodes:
             return True
-        if self.max_steps is not None and self.steps >= self.max_steps:
+        if self.max_steps is not None and self.env_steps >= self.max_steps:
             return True
         return self.max_seconds is not None and time.monotonic() - self.started_at >= self.max_seconds
 
     def should_stop(self) -> bool:
         """Whether an agent should start no new episode."""
         return self._stop.is_set() or self.budget_reached()
+
+    def track(self, agent_id: int, agent: Agent) -> None:
+        """Count ``agent``'s env steps live (replacing a previous agent with this id)."""
+        with self._lock:
+            old = self._live.get(agent_id)
+            if old is not None and old is not agent:
+                self._retired_steps += old.total_steps
+            self._live[agent_id] = agent
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps taken so far, including episodes still running.
+
+        Agents in this process are counted live; runtimes that host agents elsewhere report steps
+        when episodes end, and then this equals ``steps``.
+        """
+        if not self._live:
+            return self.steps
+        return self._retired_steps + sum(a.total_steps for a in list(self._live.values()))
 
     def episode_done(self, agent_id: int, episode_return: float, steps: int) -> None:
         """Record one finished episode."""
@@ -147,6 +168,7 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
     while not control.should_stop():
         try:
             agent = slot.get()
+            control.track(slot.agent_id, agent)
             agent.begin_episode()
             ret = agent.run_one_episode()
             episode_return = float(agent.episode_return if ret is None else ret)

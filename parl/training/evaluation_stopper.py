@@ -49,9 +49,9 @@ class EvalStopper:
         self._next = self.every_steps
 
     def __call__(self, control: RunControl) -> bool:
-        if control.steps < self._next:
+        steps = control.env_steps
+        if steps < self._next:
             return False
-        steps = control.steps
         self._next = steps + self.every_steps
         score = float(np.mean(self.evaluate()))
         if self.stop_value is not None and score >= self.stop_value and self.confirm is not None:
