@@ -27,6 +27,7 @@ unless ``--write``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import inspect
 import json
@@ -112,9 +113,12 @@ ZOO: dict[str, dict[str, Any]] = {
 # parl settings passed to the examples' build_manager (defaults of the examples unless listed).
 # ----------------------------------------------------------------------------------------------------
 PARL_ON_POLICY: dict[str, dict[str, Any]] = {
-    "ppo": {"num_agents": 16, "sample_interval": 16, "lr": 1e-3},
-    "a2c": {"num_agents": 16, "sample_interval": 16, "lr": 1e-3},
+    "ppo": {"num_agents": 16, "sample_interval": 16, "lr": 1e-3, "config": {}},
+    "a2c": {"num_agents": 16, "sample_interval": 16, "lr": 1e-3, "config": {}},
 }
+"""Arguments of ``examples.cartpole_a2c.train.build_manager``; ``config`` holds fields of the algorithm's
+config (PPOConfig/A2CConfig) that the benchmark sets on the built algorithm, since build_manager takes
+only the learning rate (the fields are read at each learning step)."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +262,8 @@ def _build_parl_manager(problem: Problem, seed: int, max_steps: int) -> Any:
         manager = module.build_manager(
             s["num_agents"], s["sample_interval"], "coroutines", max_steps, s["lr"], algorithm=algorithm
         )
+        algo = manager.tasks["RL"].algorithm
+        algo.config = dataclasses.replace(algo.config, **s.get("config", {}))
     elif problem.name in ("cartpole_dqn", "acrobot_dqn"):
         manager = module.build_manager(seed=seed, max_steps=max_steps)
     else:  # another engineer's example: pass what its build_manager accepts
@@ -406,6 +412,7 @@ def run_one(problem: Problem, library: str, seed: int, quick: int, torch_threads
 def run_isolated(problem: Problem, library: str, seed: int, quick: int, torch_threads: int) -> RunResult:
     """Run in a fresh interpreter; a run that outlives its cap by far is killed and recorded as not solved."""
     cmd = [sys.executable, "-m", "benchmarks.learning", "--one", f"{problem.name},{library},{seed}"]
+    cmd += ["--parl-on-policy", json.dumps(PARL_ON_POLICY)]
     cmd += ["--torch-threads", str(torch_threads)] + (["--quick", "--quick-steps", str(quick)] if quick else [])
     limit = (QUICK_CAP_S if quick else problem.time_cap_s) * 1.5 + 120.0
     try:
@@ -557,8 +564,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-write", action="store_true", help="never write results")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads of SB3 runs (0: torch default)")
     parser.add_argument("--note", action="append", default=[], help="a note for the report (repeatable)")
+    parser.add_argument("--parl-on-policy", help=argparse.SUPPRESS)  # JSON merged into PARL_ON_POLICY (tuning)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # "problem,library,seed": run once, print RESULT json
     args = parser.parse_args(argv)
+    if args.parl_on_policy:
+        for algorithm, settings in json.loads(args.parl_on_policy).items():
+            PARL_ON_POLICY[algorithm].update(settings)
 
     if args.one:
         name, library, seed = args.one.split(",")

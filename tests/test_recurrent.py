@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -130,6 +132,16 @@ def test_mask_velocity_wrapper_keeps_positions() -> None:
         MaskVelocityWrapper(gym.make("CartPole-v1"), keep=(0, 4))
 
 
+def test_the_model_of_the_recurrent_docs_runs_with_ppo() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "recurrent.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"^```python\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
+    namespace: dict[str, object] = {"__name__": "__doc_example__"}
+    exec(compile(code, "docs/recurrent.md", "exec"), namespace)
+    task = parl.ComputationTask("RL", PPO(namespace["RecurrentActorCritic"]))  # type: ignore[arg-type]
+    pred = task.predict({"obs": np.zeros((3, 2), np.float32)}, task.initial_states(3))
+    assert pred.states["h"].shape == (3, 64)
+
+
 # ------------------------------------------------------------------ training sees what acting saw
 
 
@@ -139,8 +151,10 @@ class ValueRecordingPPO(PPO):
     path, the log-probabilities of the actions taken."""
 
     def __init__(self) -> None:
-        super().__init__(lambda: RecurrentActorCritic(obs_dim=2, hidden=16, num_actions=NUM_ACTIONS),
-                         PPOConfig(minibatch_size=4, seed=0))
+        super().__init__(
+            lambda: RecurrentActorCritic(obs_dim=2, hidden=16, num_actions=NUM_ACTIONS),
+            PPOConfig(minibatch_size=4, seed=0),
+        )
         self.rows: list[dict[str, np.ndarray]] = []
 
     def extra_predict_specs(self) -> list[FieldSpec]:
@@ -206,12 +220,13 @@ def test_training_unroll_reproduces_the_values_and_log_probs_of_acting() -> None
     ValueAgent.online = {}
     # Chunks of 3 steps cut 7-step episodes mid-way, so most sequences start from a non-zero stored state.
     task = parl.TaskConfig(
-        "RL", algo, parl.OnPolicyHelper, parl.OnPolicyConfig(sample_interval=3),
+        "RL",
+        algo,
+        parl.OnPolicyHelper,
+        parl.OnPolicyConfig(sample_interval=3),
         parl.WrapperConfig(min_train_batch_size=9, train_max_wait_s=0.02),
     )
-    manager = parl.Manager(
-        [task], ValueAgent, counter_envs(length=7), parl.ManagerConfig(num_agents=3, max_episodes=9)
-    )
+    manager = parl.Manager([task], ValueAgent, counter_envs(length=7), parl.ManagerConfig(num_agents=3, max_episodes=9))
     report = manager.run()
     assert report.failures == []
     rows = {k: np.concatenate([r[k] for r in algo.rows]) for k in algo.rows[0]}

@@ -40,12 +40,12 @@ class DQNManySettings:
     """Solved when the mean greedy return over 20 episodes reaches this."""
     num_agents: int = 4
     """Agents (one env each) acting in parallel through one task."""
-    hidden: int = 256
+    hidden: int = 128
     """Units of each of the two hidden layers of the Q-network."""
     lr: float = 2e-3
     gamma: float = 0.99
     double_q: bool = True
-    target_update_interval: int = 100
+    target_update_interval: int = 25
     """Learning calls between copies of the online network into the target."""
     epsilon_end: float = 0.04
     epsilon_decay_samples: int = 8_000
@@ -58,7 +58,7 @@ class DQNManySettings:
     """Transitions an agent stores before its first learning request."""
     capacity: int = 25_000
     """Transitions kept in each agent's replay buffer."""
-    merge_requests: int = 1
+    merge_requests: int = 4
     """Learning requests merged into one learning call (1: one gradient step per request)."""
     eval_every: int = 2_500
     """Env steps (over all agents) between greedy evaluations."""

@@ -42,7 +42,9 @@ class MaskVelocityWrapper(gym.ObservationWrapper[np.ndarray, Any, np.ndarray]):
         if self.keep.size == 0 or self.keep.min() < 0 or self.keep.max() >= space.shape[0]:
             raise ValueError(f"keep must be indices in [0, {space.shape[0]}), got {list(keep)}")
         self.observation_space = gym.spaces.Box(
-            low=space.low[self.keep], high=space.high[self.keep], dtype=space.dtype  # type: ignore[arg-type]
+            low=space.low[self.keep],
+            high=space.high[self.keep],
+            dtype=space.dtype,  # type: ignore[arg-type]
         )
 
     def observation(self, observation: np.ndarray) -> np.ndarray:

@@ -118,6 +118,8 @@ class Agent:
         return StepResult(obs, total, bool(terminated), bool(truncated), dict(info), time_steps)
 
     def close(self) -> None:
-        """Close the environment."""
+        """Close the helpers (stopping any learner thread) and the environment."""
+        for helper in self.helpers.values():
+            helper.close()
         if self.env is not None:
             self.env.close()

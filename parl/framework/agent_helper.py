@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,8 @@ from parl.algorithms.functional import n_step_return
 from parl.data.prioritized_replay import PrioritizedReplayBuffer
 from parl.data.replay_buffer import ReplayBuffer
 from parl.data.specs import FieldSpec, SpecError, check_fields, zeros_for
-from parl.framework.communicator import Communicator
+from parl.framework.communicator import Communicator, ThreadReturnQueue
+from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
 __all__ = [
@@ -44,10 +46,15 @@ class GameOver(enum.IntEnum):
 
 
 class LearnTrigger(enum.Enum):
-    """Who calls ``learn``: the agent itself, or the helper inside ``store_data``."""
+    """Who calls ``learn``: the agent, the helper inside ``store_data``, or a thread of the helper."""
 
     AGENT = "agent"
+    """The agent calls ``helper.learn()`` itself (the design document's example)."""
     STORE_DATA = "store_data"
+    """``store_data`` calls ``learn()`` on the helper's schedule; the agent waits for the update."""
+    THREAD = "thread"
+    """A background thread of the helper learns on the same schedule; the agent never waits
+    (ExpReplayHelper; agents in the learner process: threads or coroutines runtime)."""
 
 
 class AgentHelper:
@@ -232,6 +239,9 @@ class AgentHelper:
             extras=rows(prev["extras"]),
         )
 
+    def close(self) -> None:
+        """Release what the helper holds (threads); called when its agent is closed."""
+
     # ---------------------------------------------------------- overrides
     def on_transition(self, transition: TrainingBatch) -> None:
         """Called with each completed one-row transition. Override to store it."""
@@ -243,9 +253,10 @@ class AgentHelper:
         """Send training data if there is some; block until learned. Override."""
         return None
 
-    def _send(self, batch: TrainingBatch) -> LearnResult:
-        self.comm.put_training_data(batch)
-        result = self.comm.get_training_return()
+    def _send(self, batch: TrainingBatch, comm: Communicator | None = None) -> LearnResult:
+        comm = self.comm if comm is None else comm
+        comm.put_training_data(batch)
+        result = comm.get_training_return()
         self.last_learn = result
         self.learn_calls += 1
         return result
@@ -398,7 +409,12 @@ class ExpReplayHelper(AgentHelper):
         self.buffer: ReplayBuffer
         if c.prioritized:
             self.buffer = PrioritizedReplayBuffer(
-                c.capacity, *specs, name=buffer_name, alpha=c.alpha, beta0=c.beta0, beta_steps=c.beta_steps,
+                c.capacity,
+                *specs,
+                name=buffer_name,
+                alpha=c.alpha,
+                beta0=c.beta0,
+                beta_steps=c.beta_steps,
                 eps=c.priority_eps,
             )
         else:
@@ -406,6 +422,16 @@ class ExpReplayHelper(AgentHelper):
         seed = c.seed if c.seed is not None else 10_007 * (self.agent_id + 1)
         self.rng = np.random.default_rng(seed)
         self._since_learn = 0
+        self._lock = threading.Lock()  # the buffer is shared with the learner thread (LearnTrigger.THREAD)
+        self._learner: threading.Thread | None = None
+        self._learner_stop = threading.Event()
+        self._learner_wake = threading.Event()
+        self.learner_error: BaseException | None = None
+        if c.learn_trigger == LearnTrigger.THREAD and not hasattr(comm.wrapper, "training_stats"):
+            raise ValueError(
+                f"agent {self.agent_id}, task {name!r}: LearnTrigger.THREAD needs the agent in the learner process "
+                "(threads or coroutines runtime); use LearnTrigger.STORE_DATA with the process runtime"
+            )
         # One-step transitions of the current episode not yet folded into an n-step row (at most n_step - 1).
         self._pending: list[TrainingBatch] = []
 
@@ -436,7 +462,9 @@ class ExpReplayHelper(AgentHelper):
         rewards: dict[str, np.ndarray] = {}
         steps = np.ones(count, np.int64)
         terminal = np.concatenate([np.asarray(t.terminal, bool) for t in window])
-        seg = np.concatenate([np.ones(t.size, bool) if t.segment_end is None else t.segment_end for t in window])
+        seg = np.concatenate(
+            [np.ones(t.size, bool) if t.segment_end is None else np.asarray(t.segment_end, bool) for t in window]
+        )
         for key in window[0].rewards:
             r = np.concatenate([np.asarray(t.rewards[key]) for t in window])
             g, k = n_step_return(r, terminal, gamma, self.config.n_step, seg)
@@ -458,19 +486,68 @@ class ExpReplayHelper(AgentHelper):
         )
 
     def _store(self, rows: TrainingBatch) -> None:
+        trigger = self.config.learn_trigger
+        if trigger == LearnTrigger.THREAD:
+            if self.learner_error is not None:
+                error, self.learner_error = self.learner_error, None
+                raise RuntimeError(
+                    f"agent {self.agent_id}, task {self.name!r}: the learner thread failed: {error}"
+                ) from error
+            with self._lock:
+                self.buffer.add(rows)
+                self._since_learn += rows.size
+            if self._learner is None:
+                self._start_learner()
+            if self._since_learn >= self.config.learn_every:
+                self._learner_wake.set()
+            return
         self.buffer.add(rows)
         self._since_learn += rows.size
-        if self.config.learn_trigger == LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
+        if trigger == LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
             self.learn()
 
+    def _start_learner(self) -> None:
+        # The learner thread waits on its own return queues: the agent's may belong to a coroutine hub.
+        comm = self.comm.wrapper.create_communicator(self.agent_id, ThreadReturnQueue, register=False)  # type: ignore[call-arg]
+        self._learner = threading.Thread(
+            target=self._learner_loop, args=(comm,), name=f"parl-learner-{self.name}-{self.agent_id}", daemon=True
+        )
+        self._learner.start()
+
+    def _learner_loop(self, comm: Communicator) -> None:
+        while not self._learner_stop.is_set():
+            if not self._learner_wake.wait(0.05):
+                continue
+            self._learner_wake.clear()
+            try:
+                self._learn_via(comm)
+            except (RunStopped, WrapperError):
+                return
+            except Exception as exc:  # noqa: BLE001 - handed to the agent at its next store_data
+                self.learner_error = exc
+                return
+
+    def close(self) -> None:
+        """Stop the learner thread (LearnTrigger.THREAD), waiting at most 2 s."""
+        self._learner_stop.set()
+        if self._learner is not None:
+            self._learner.join(2.0)
+
     def learn(self) -> LearnResult | None:
+        return self._learn_via(self.comm)
+
+    def _learn_via(self, comm: Communicator) -> LearnResult | None:
         if len(self.buffer) < max(1, self.config.learning_starts):
             return None
-        self._since_learn = 0
-        if not isinstance(self.buffer, PrioritizedReplayBuffer):
-            return self._send(self.buffer.sample(self.config.batch_size, self.rng))
-        batch, idx = self.buffer.sample_with_indices(self.config.batch_size, self.rng)
-        result = self._send(batch)
+        with self._lock:
+            self._since_learn = 0
+            if not isinstance(self.buffer, PrioritizedReplayBuffer):
+                batch, idx = self.buffer.sample(self.config.batch_size, self.rng), None
+            else:
+                batch, idx = self.buffer.sample_with_indices(self.config.batch_size, self.rng)
+        result = self._send(batch, comm)
+        if idx is None:
+            return result
         key = self.config.priority_key
         if key not in result.per_sample:
             raise ValueError(
@@ -478,7 +555,9 @@ class ExpReplayHelper(AgentHelper):
                 f"{key!r} as priority, but learn returned only {sorted(result.per_sample)}; set "
                 "ExpReplayConfig.priority_key to one of them"
             )
-        self.buffer.update_priorities(idx, result.per_sample[key])
+        with self._lock:
+            assert isinstance(self.buffer, PrioritizedReplayBuffer)
+            self.buffer.update_priorities(idx, result.per_sample[key])
         return result
 
 

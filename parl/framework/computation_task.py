@@ -148,9 +148,8 @@ class ComputationTask:
             weights = check_fields({"weights": batch.weights}, [w_spec], group="batch", **b)["weights"]  # type: ignore[arg-type]
         bootstrap_steps = None
         if batch.bootstrap_steps is not None:
-            bootstrap_steps = check_fields(
-                {"bootstrap_steps": batch.bootstrap_steps}, [_STEPS_SPEC], group="batch", **b  # type: ignore[arg-type]
-            )["bootstrap_steps"]
+            steps_given = {"bootstrap_steps": batch.bootstrap_steps}
+            bootstrap_steps = check_fields(steps_given, [_STEPS_SPEC], group="batch", **b)["bootstrap_steps"]  # type: ignore[arg-type]
             if bootstrap_steps.size and bootstrap_steps.min() < 1:
                 who = f"agent {agent_id}, " if agent_id is not None else ""
                 raise SpecError(

@@ -179,11 +179,14 @@ class ComputationWrapper:
         agent_id: int,
         return_queue_factory: Callable[[], ReturnQueue] = ThreadReturnQueue,
         prediction_sink: RequestSink | None = None,
+        register: bool = True,
     ) -> Communicator:
         """A communicator for ``agent_id``; its return queues come from ``return_queue_factory``.
 
         ``prediction_sink`` replaces the wrapper's prediction queue, for a
         scheduler that serves predictions itself through :meth:`serve_predictions`.
+        ``register=False`` makes an extra channel of an agent (e.g. a learner
+        thread) that the prediction loop does not count as an agent.
         """
         comm = Communicator(
             agent_id,
@@ -193,7 +196,9 @@ class ComputationWrapper:
             return_queue_factory(),
             return_queue_factory(),
         )
-        self.comms[agent_id] = comm
+        if register:
+            # Registered communicators are the agents the prediction loop waits for.
+            self.comms[agent_id] = comm
         return comm
 
     def check_alive(self) -> None:
