@@ -113,8 +113,8 @@ ZOO: dict[str, dict[str, Any]] = {
 # parl settings passed to the examples' build_manager (defaults of the examples unless listed).
 # ----------------------------------------------------------------------------------------------------
 PARL_ON_POLICY: dict[str, dict[str, Any]] = {
-    "ppo": {"num_agents": 16, "sample_interval": 16, "lr": 1e-3, "config": {}},
-    "a2c": {"num_agents": 16, "sample_interval": 16, "lr": 1e-3, "config": {}},
+    "ppo": {"num_agents": 16, "sample_interval": 16, "lr": 2e-3, "config": {"epochs": 8}},
+    "a2c": {"num_agents": 16, "sample_interval": 16, "lr": 3e-3, "config": {"entropy_coef": 0.0}},
 }
 """Arguments of ``examples.cartpole_a2c.train.build_manager``; ``config`` holds fields of the algorithm's
 config (PPOConfig/A2CConfig) that the benchmark sets on the built algorithm, since build_manager takes
@@ -177,6 +177,8 @@ class EvalProtocol:
     confirm_episodes: int = CONFIRM_EPISODES
     solved_at_steps: int | None = None
     solved_at_seconds: float | None = None
+    solved_at_end_steps: int | None = None
+    """Env steps when the solving evaluation ended (parl's agents keep training while it evaluates)."""
     eval_seconds: float = 0.0
     best: float = -np.inf
     history: list[tuple[int, float, float]] = field(default_factory=list)
@@ -185,8 +187,11 @@ class EvalProtocol:
     def __post_init__(self) -> None:
         self._next = self.every
 
-    def step(self, steps: int, evaluate: Evaluate) -> bool:
-        """Called as often as convenient with the env-step count; evaluates when due. True once solved."""
+    def step(self, steps: int, evaluate: Evaluate, steps_now: Callable[[], int] | None = None) -> bool:
+        """Called as often as convenient with the env-step count; evaluates when due. True once solved.
+
+        ``steps_now`` gives the env-step count after an evaluation, if training went on meanwhile.
+        """
         if self.solved_at_steps is not None:
             return True
         if steps < self._next:
@@ -202,6 +207,7 @@ class EvalProtocol:
         self.history.append((steps, round(now - self.start, 3), score))
         if score >= self.threshold:
             self.solved_at_steps, self.solved_at_seconds = steps, now - self.start
+            self.solved_at_end_steps = steps_now() if steps_now is not None else steps
             return True
         return False
 
@@ -223,6 +229,8 @@ class RunResult:
     best_eval: float
     history: list[tuple[int, float, float]]
     note: str = ""
+    steps_at_solve_end: int | None = None
+    """Env steps when the solving evaluation ended (equal to ``steps_to_threshold`` for SB3)."""
 
 
 QUICK_STEPS = 2_000
@@ -251,6 +259,25 @@ def parl_available(problem: Problem) -> str | None:
     return None
 
 
+def parl_settings(problem: Problem) -> str:
+    """The parl settings of ``problem``, for the report."""
+    if problem.name in ("cartpole_ppo", "cartpole_a2c"):
+        s = dict(PARL_ON_POLICY[problem.sb3_algo.lower()])
+        config = s.pop("config", {})
+        return ", ".join(f"{k}={v}" for k, v in {**s, **config}.items()) + ", other config fields default"
+    if problem.name in ("cartpole_dqn", "acrobot_dqn"):
+        try:
+            module = importlib.import_module(problem.parl_module)
+        except ImportError:
+            return "-"
+        settings = getattr(module, "CARTPOLE" if problem.name == "cartpole_dqn" else "ACROBOT", None)
+        if settings is None:
+            return "-"
+        skip = {"env_id", "stop_value", "eval_every", "max_steps"}
+        return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(settings).items() if k not in skip)
+    return "build_manager defaults (seed, max_steps set by the benchmark)"
+
+
 def _build_parl_manager(problem: Problem, seed: int, max_steps: int) -> Any:
     import paddle
 
@@ -260,7 +287,12 @@ def _build_parl_manager(problem: Problem, seed: int, max_steps: int) -> Any:
         s = PARL_ON_POLICY[algorithm]
         paddle.seed(seed)
         manager = module.build_manager(
-            s["num_agents"], s["sample_interval"], "coroutines", max_steps, s["lr"], algorithm=algorithm
+            s["num_agents"],
+            s["sample_interval"],
+            s.get("runtime", "coroutines"),
+            max_steps,
+            s["lr"],
+            algorithm=algorithm,
         )
         algo = manager.tasks["RL"].algorithm
         algo.config = dataclasses.replace(algo.config, **s.get("config", {}))
@@ -298,13 +330,13 @@ def run_parl(problem: Problem, seed: int, quick: int) -> RunResult:
     def evaluate(episodes: int, first_seed: int) -> np.ndarray:
         return parl.evaluate_greedy(task, make_env, episodes, seed=first_seed)
 
-    report = manager.run(stop_when=lambda control: protocol.step(control.steps, evaluate))
+    report = manager.run(stop_when=lambda control: protocol.step(control.steps, evaluate, lambda: control.steps))
     total_seconds = time.monotonic() - start
     final = float(np.mean(evaluate(FINAL_EPISODES, FINAL_SEED)))
     return RunResult(
         problem.name, "parl", seed, protocol.solved_at_steps is not None, protocol.solved_at_steps,
         protocol.solved_at_seconds, final, report.steps, total_seconds, protocol.eval_seconds, protocol.best,
-        protocol.history,
+        protocol.history, steps_at_solve_end=protocol.solved_at_end_steps,
     )  # fmt: skip
 
 
@@ -391,7 +423,7 @@ def run_sb3(problem: Problem, seed: int, quick: int) -> RunResult:
     return RunResult(
         problem.name, "sb3", seed, protocol.solved_at_steps is not None, protocol.solved_at_steps,
         protocol.solved_at_seconds, final, int(model.num_timesteps), total_seconds, protocol.eval_seconds,
-        protocol.best, protocol.history,
+        protocol.best, protocol.history, steps_at_solve_end=protocol.solved_at_end_steps,
     )  # fmt: skip
 
 
@@ -484,7 +516,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         "## Learning: time to solve, parl against Stable-Baselines3",
         "",
-        f"Measured by `python -m benchmarks.learning` ({results['seeds']} seeds, {results['date']}), parl and SB3 "
+        f"Measured by `python -m benchmarks.learning` ({results['seeds']} seed(s), {results['date']}), parl and SB3 "
         "alternating run by run in the same invocation on the same machine, each run in a fresh process. "
         f"Machine: {results['machine'].get('cpus')} CPUs, Python {results['machine'].get('python')}, "
         f"Paddle {results['machine'].get('paddle')}, torch {results['machine'].get('torch')} "
@@ -497,7 +529,9 @@ def markdown(results: dict[str, Any]) -> str:
         "the end of the confirming evaluation and **includes evaluation time on both sides** (SB3 pauses "
         "training to evaluate; parl evaluates in the manager's thread while its agents keep training). "
         "SB3 uses the RL-Zoo hyperparameters and its `n_timesteps` as step budget; every run also has a wall-time "
-        "cap. *Final* is the mean return of the final policy over 20 greedy episodes.",
+        "cap. *Final* is the mean return of the final policy over 20 greedy episodes. Steps are counted when the "
+        "solving evaluation started (for parl, at episode ends); parl's agents keep acting while it evaluates, so "
+        "its policy has seen somewhat more steps by then (recorded per run in the JSON): compare wall times.",
         "",
         "Steps and seconds to threshold are over solved runs; *median s (all)* counts an unsolved run as "
         "the cap and is what the ratio compares.",
@@ -530,11 +564,42 @@ def markdown(results: dict[str, Any]) -> str:
             )
     lines += ["", "Targets: CartPole-v1 PPO solved in at most 0.5x the wall time of SB3 PPO; every other problem no "
               "slower than SB3 (ratio <= 1)."]  # fmt: skip
+    lines += ["", "Per seed (seconds / env steps to threshold, or the final return of an unsolved run):", "",
+              "| problem | library | " + " | ".join(f"seed {i}" for i in range(results["seeds"])) + " |",
+              "|---|---|" + "---|" * results["seeds"]]  # fmt: skip
+    for name, entry in results["problems"].items():
+        for lib in ("parl", "sb3"):
+            runs = entry.get(lib, {}).get("runs", [])
+            if runs:
+                cells = [
+                    f"{r['seconds_to_threshold']:.1f} s / {r['steps_to_threshold']:,}"
+                    if r["solved"]
+                    else f"not solved ({_fmt(r['final_return'])}){' ' + r['note'] if r['note'] else ''}"
+                    for r in runs
+                ]
+                lines.append(f"| {name} | {lib} | " + " | ".join(cells) + " |")
+    lines += ["", "Settings (parl: the example's `build_manager` with these arguments; SB3: RL-Zoo 2.9.2 "
+              "hyperparameters), step budgets and wall-time cap per run:", "",
+              "| problem | parl | SB3 | steps parl / SB3 | cap |", "|---|---|---|---|---|"]  # fmt: skip
+    for name, entry in results["problems"].items():
+        prob = PROBLEMS[name]
+        zoo = ", ".join(f"{k}={v}" for k, v in ZOO[prob.zoo_key].items() if k != "n_timesteps")
+        lines.append(
+            f"| {name} | `{prob.parl_module}`: {entry.get('parl_settings', '-')} | {prob.sb3_algo}: {zoo} | "
+            f"{prob.parl_max_steps:,} / {int(ZOO[prob.zoo_key]['n_timesteps']):,} | {prob.time_cap_s:.0f} s |"
+        )
+    load = results["machine"]
+    lines += ["", f"Load average (1, 5, 15 min) at start {_load(load.get('loadavg_at_start'))}, at end "
+              f"{_load(load.get('loadavg_at_end'))}."]  # fmt: skip
     if results.get("notes"):
         lines += [""] + [f"- {n}" for n in results["notes"]]
     lines += ["", "Per-run figures (steps and seconds to threshold, final return, caps, evaluation seconds) are in "
               "`benchmarks/results/learning.json`."]  # fmt: skip
     return "\n".join(lines)
+
+
+def _load(values: Any) -> str:
+    return "-" if not values else ", ".join(f"{v:.1f}" for v in values)
 
 
 def _machine(torch_threads: int) -> dict[str, Any]:
@@ -565,11 +630,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads of SB3 runs (0: torch default)")
     parser.add_argument("--note", action="append", default=[], help="a note for the report (repeatable)")
     parser.add_argument("--parl-on-policy", help=argparse.SUPPRESS)  # JSON merged into PARL_ON_POLICY (tuning)
+    parser.add_argument("--render", action="store_true", help="rewrite the report from results/learning.json (+ notes)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # "problem,library,seed": run once, print RESULT json
     args = parser.parse_args(argv)
     if args.parl_on_policy:
         for algorithm, settings in json.loads(args.parl_on_policy).items():
             PARL_ON_POLICY[algorithm].update(settings)
+
+    if args.render:
+        from benchmarks.common import RESULTS, write_results
+
+        saved = json.loads((RESULTS / "learning.json").read_text())
+        saved["notes"] = list(saved.get("notes", [])) + list(args.note)
+        write_results("learning", saved, markdown(saved))
+        print(markdown(saved))
+        return
 
     if args.one:
         name, library, seed = args.one.split(",")
@@ -618,6 +693,7 @@ def main(argv: list[str] | None = None) -> None:
             "time_cap_s": problem.time_cap_s,
             "target_ratio": problem.target_ratio,
         }
+        entry["parl_settings"] = parl_settings(problem)
         missing = parl_available(problem) if "parl" in libraries else None
         if missing is not None:
             print(f"{name}: parl example missing, skipped ({missing})", flush=True)

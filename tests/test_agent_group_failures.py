@@ -380,5 +380,7 @@ def test_agents_blocked_in_learn_are_stopped_by_the_time_budget(runtime: str) ->
     elapsed = time.monotonic() - start
     assert elapsed < 2.5, elapsed
     assert report.training_stats["RL"].calls == 0
-    assert report.episodes == 0 and report.failures == []
+    # each agent played its env to the end before blocking in learn: that one episode per agent counts
+    assert report.episodes <= 4 and report.failures == []
+    assert all(len(r) <= 1 for r in report.returns.values())
     assert threads_started_since(before, grace_s=0.5) == []

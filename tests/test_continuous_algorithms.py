@@ -433,9 +433,9 @@ def test_example_smoke_run(example) -> None:  # type: ignore[no-untyped-def]
     report = manager.run()
     assert report.steps == 400 and report.episodes == 2
     stats = report.training_stats["RL"]
-    # learning starts at 150 transitions per agent, then one call of one agent's batch per transition
-    # (an agent may begin its second episode before the run stops)
-    assert stats.calls >= 2 * (200 - 150 + 1) and stats.mean_batch == 32
+    # learning starts at 150 transitions per agent, then one call of one agent's batch per transition;
+    # the last few learn requests may be cut by the stop
+    assert 2 * (200 - 150) - 5 <= stats.calls <= 2 * (200 - 150 + 1) and stats.mean_batch == 32
     assert all(math.isfinite(v) for v in report.last_metrics["RL"].values())
     returns = parl.evaluate_greedy(manager.tasks["RL"], example.make_env, episodes=2)
     assert returns.shape == (2,) and np.all(np.isfinite(returns))

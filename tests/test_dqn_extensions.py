@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import paddle
 import pytest
@@ -11,10 +12,13 @@ from test_agent_group_fakes import CounterEnv
 import parl
 from examples.cartpole_a2c.model import CartPoleActorCritic
 from examples.cartpole_dqn.model import CartPoleQModel
+from examples.cartpole_dqn_many.train import CARTPOLE
+from parl.agents import GymAgent
 from parl.algorithms.a2c import A2C
 from parl.algorithms.dqn_heads import DuelingHead, dueling_q
 from parl.algorithms.functional import n_step_return
 from parl.framework.computation_wrapper import pack_training_batches
+from parl.training.evaluation_stopper import EvalStopper
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -260,3 +264,55 @@ def test_n_step_config_needs_the_algorithms_gamma() -> None:
         parl.ExpReplayConfig(n_step=0)
     with pytest.raises(ValueError, match=r"gamma=0.99 \(the n-step reward discount\) differs"):
         _replay_helper(parl.ExpReplayConfig(n_step=3, gamma=0.99), gamma=0.5)
+
+
+# ------------------------------------------------------------------ learning (slow)
+
+
+def _dqn_options_manager(seed: int, max_steps: int) -> tuple[parl.Manager, EvalStopper]:
+    """Four CartPole agents (the settings of examples/cartpole_dqn_many) with all three options on."""
+    s = CARTPOLE
+    paddle.seed(seed)
+    algo = parl.DQN(lambda: CartPoleQModel(hidden=s.hidden, dueling=True), s.dqn_config(seed))
+    config = parl.ExpReplayConfig(
+        capacity=s.capacity,
+        batch_size=s.batch_size,
+        learning_starts=s.learning_starts,
+        learn_every=s.learn_every,
+        n_step=3,
+        gamma=s.gamma,
+        prioritized=True,
+        alpha=0.6,
+        beta0=0.4,
+        beta_steps=25_000,
+    )
+    wrapper = parl.WrapperConfig(
+        min_train_batch_size=s.batch_size, max_train_batch_size=s.batch_size, train_max_wait_s=0.002
+    )
+    task = parl.TaskConfig("RL", algo, parl.ExpReplayHelper, config, wrapper)
+    manager = parl.Manager(
+        [task],
+        GymAgent,
+        lambda i: gym.make("CartPole-v1"),
+        parl.ManagerConfig(num_agents=s.num_agents, max_steps=max_steps, seed=seed * 1000),
+    )
+
+    def make_env() -> gym.Env:
+        return gym.make("CartPole-v1")
+
+    stopper = EvalStopper(
+        s.eval_every,
+        lambda: parl.evaluate_greedy(manager.tasks["RL"], make_env, 5, seed=10_000),
+        475.0,
+        confirm=lambda: parl.evaluate_greedy(manager.tasks["RL"], make_env, 20, seed=20_000),
+    )
+    return manager, stopper
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_dqn_with_dueling_n_step_and_prioritized_replay_solves_cartpole() -> None:
+    manager, stopper = _dqn_options_manager(seed=0, max_steps=60_000)
+    manager.run(stop_when=stopper)
+    print(stopper.history)
+    assert stopper.solved, f"best greedy mean {stopper.best}"

@@ -42,8 +42,9 @@ def test_protocol_evaluates_only_when_due_and_confirms_before_solving() -> None:
     assert not p.step(150, evaluate) and len(calls) == 1  # not due before 220
     assert not p.step(230, evaluate)  # screen 480, confirmation 400: not solved
     assert [c[0] for c in calls] == [5, 5, 20]
-    assert p.step(400, evaluate)  # screen 480, confirmation 490: solved
-    assert p.solved_at_steps == 400 and p.solved_at_seconds is not None and p.best == 490.0
+    assert p.step(400, evaluate, lambda: 450)  # screen 480, confirmation 490: solved; training went on to 450
+    assert p.solved_at_steps == 400 and p.solved_at_end_steps == 450
+    assert p.solved_at_seconds is not None and p.best == 490.0
     assert [h[2] for h in p.history] == [10.0, 400.0, 490.0]
     assert p.step(10_000, evaluate) and len(calls) == 5  # stays solved, evaluates no more
 

@@ -133,6 +133,16 @@ def test_ring_overwrite_resets_priority_of_replaced_rows() -> None:
     buf.add(_rows(3, 1))  # overwrites position 0 with the max priority (1.0, the initial max)
     np.testing.assert_allclose(buf.tree.values(np.arange(3)), [1.0, 0.1 + buf.eps, 0.1 + buf.eps])
     assert buf.gather(np.array([0])).actions["action"][0] == 3
+    # Sampled positions 1 and 2, then a new row replaced position 1 before the TD errors came back:
+    # with sampled_at, position 1 keeps the new row's priority and only position 2 is updated.
+    sampled_at = buf.added
+    buf.add(_rows(4, 1))
+    buf.update_priorities(np.array([1, 2]), np.array([7.0, 5.0]), sampled_at=sampled_at)
+    np.testing.assert_allclose(buf.tree.values(np.arange(3)), [1.0, 1.0, 5.0 + buf.eps])
+    copy = _buffer(capacity=3, alpha=1.0)
+    copy.set_state_dict(buf.state_dict())
+    copy.update_priorities(np.array([0, 1]), np.array([2.0, 2.0]), sampled_at=4)  # row 4 sits at position 1
+    np.testing.assert_allclose(copy.tree.values(np.arange(3)), [2.0 + buf.eps, 1.0, 5.0 + buf.eps])
 
 
 # ------------------------------------------------------------------ the helper

@@ -264,6 +264,9 @@ def test_recurrent_example_smoke() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_recurrent_ppo_learns_cartpole_without_velocities() -> None:
+    # Trial runs (seeds 0-3): solved after 40-111k env steps, then 500 on 20 more new episodes; the
+    # memoryless MLP with the same PPO stays below 50 after 150k steps (docs/algorithms/ppo.md).
     out = train(replace(RecurrentSettings(), max_steps=400_000, stop_value=475.0))
     print(out)
-    assert out.final_eval >= 400.0
+    assert out.solved, f"best greedy mean {out.best_eval}"  # >= 475 over 20 new episodes
+    assert out.final_eval >= 300.0  # 20 further new episodes, after training stopped

@@ -78,7 +78,12 @@ class DQNManySettings:
 
 
 CARTPOLE = DQNManySettings()
-"""The settings that solve CartPole-v1 (see ``docs/benchmarks.md`` for measured steps and time)."""
+"""The settings that solve CartPole-v1 (measured steps and times: ``docs/benchmarks.md``, row cartpole_dqn).
+
+4 agents; each sends 64 transitions of its own buffer every 2 steps, and 4 requests are merged into one
+256-sample gradient step: one step per 8 env steps, 32 replayed samples per env step. Fewer, larger
+gradient steps with a higher learning rate and a target copy every 25 steps (200 env steps) solved in
+fewer seconds than one small step per request, which costs a learning call each."""
 
 
 def _seeded_replay_helper(

@@ -11,6 +11,7 @@ Run: ``python -m examples.cartpole_recurrent.train [--agents 8] [--model gru|mlp
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 from dataclasses import dataclass, replace
 
@@ -40,7 +41,7 @@ class RecurrentSettings:
     sample_interval: int = 16
     """Steps per chunk an agent sends; chunks are also the longest training sequences."""
     hidden: int = 64
-    lr: float = 1e-3
+    lr: float = 5e-4
     gamma: float = 0.98
     gae_lambda: float = 0.8
     epochs: int = 10
@@ -48,6 +49,10 @@ class RecurrentSettings:
     """Rows per gradient step, in whole sequences. A step costs one model call per time step of its longest
     sequence, whatever the number of sequences, so large minibatches of short sequences are cheap."""
     entropy_coef: float = 0.0
+    value_coef: float = 0.1
+    """Weight of the value loss. The value head shares the GRU with the policy, and with returns of up to
+    about 50 a heavier value loss dominates the clipped gradient; 0.1 (with lr 5e-4) learned more steadily
+    than PPO's usual 0.5 (with lr 1e-3) in trial runs."""
     max_steps: int = 200_000
     eval_every: int = 10_000
     stop_value: float = 475.0
@@ -71,6 +76,7 @@ def build_manager(settings: RecurrentSettings) -> parl.Manager:
         epochs=s.epochs,
         minibatch_size=s.minibatch_size,
         entropy_coef=s.entropy_coef,
+        value_coef=s.value_coef,
         seed=s.seed,
     )
     if s.model == "gru":
@@ -107,17 +113,21 @@ class Outcome:
 
 
 def train(settings: RecurrentSettings) -> Outcome:
-    """Train until solved or out of steps; finish with a 20-episode greedy evaluation."""
+    """Train until solved or out of steps; finish with a 20-episode greedy evaluation on other episodes.
+
+    Every evaluation plays new episodes (new reset seeds), so a policy is not declared solved because
+    it happens to master one fixed set of starting states.
+    """
     manager = build_manager(settings)
     task = manager.tasks["RL"]
-    stopper = EvalStopper(
-        settings.eval_every,
-        lambda: parl.evaluate_greedy(task, make_env, 10),
-        settings.stop_value,
-        confirm=lambda: parl.evaluate_greedy(task, make_env, 20, seed=1000),
-    )
+    seeds = itertools.count(1)
+
+    def evaluate(episodes: int) -> np.ndarray:
+        return parl.evaluate_greedy(task, make_env, episodes, seed=1000 * next(seeds))
+
+    stopper = EvalStopper(settings.eval_every, lambda: evaluate(10), settings.stop_value, confirm=lambda: evaluate(20))
     report = manager.run(stop_when=stopper)
-    final = float(np.mean(parl.evaluate_greedy(task, make_env, 20, seed=5000)))
+    final = float(np.mean(parl.evaluate_greedy(task, make_env, 20, seed=999_000)))
     return Outcome(stopper.best, stopper.solved, final, report.steps, report.seconds, stopper.history)
 
 

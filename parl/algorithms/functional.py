@@ -1,6 +1,8 @@
-"""RL maths as small pure functions on paddle tensors (time/batch level in names).
+"""RL maths as small pure functions on paddle tensors and numpy arrays (time/batch level in names).
 
-Every function here has a numpy reference test in ``tests/test_functional.py``.
+Every function here is tested against hand-computed numbers: ``tests/test_functional.py``, and
+``n_step_return`` in ``tests/test_dqn_extensions.py``, ``sequence_starts`` and ``unroll_sequences``
+in ``tests/test_recurrent.py``.
 """
 
 from __future__ import annotations

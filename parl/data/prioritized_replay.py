@@ -136,6 +136,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.eps = float(eps)
         self.tree = SumTree(self.capacity)
         self.max_priority = 1.0
+        self._row_id = np.zeros(self.capacity, np.int64)  # the value of ``added`` when each position was written
 
     @property
     def beta(self) -> float:
@@ -144,7 +145,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return self.beta0 + frac * (1.0 - self.beta0)
 
     def add(self, batch: TrainingBatch) -> np.ndarray:
+        first = self.added
         idx = super().add(batch)
+        self._row_id[idx] = first + np.arange(idx.size)
         self.tree.update(idx, self.max_priority**self.alpha)
         return idx
 
@@ -177,8 +180,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """A prioritized batch with importance ``weights`` (the positions are not returned)."""
         return self.sample_with_indices(batch_size, rng)[0]
 
-    def update_priorities(self, idx: np.ndarray, td_error: np.ndarray) -> None:
-        """Set the priority of rows ``idx`` to ``|td_error| + eps`` (sampling uses it to the power ``alpha``)."""
+    def update_priorities(self, idx: np.ndarray, td_error: np.ndarray, sampled_at: int | None = None) -> None:
+        """Set the priority of rows ``idx`` to ``|td_error| + eps`` (sampling uses it to the power ``alpha``).
+
+        With ``sampled_at`` (the value of :attr:`added` when ``idx`` was
+        sampled), positions overwritten by newer rows since then keep the
+        newer rows' priority: a learner that adds while it learns never gives
+        a new row the TD error of the row it replaced.
+        """
         idx = np.asarray(idx, np.int64).reshape(-1)
         err = np.asarray(td_error, np.float64).reshape(-1)
         if err.shape != idx.shape:
@@ -187,6 +196,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise IndexError(f"{self.name}: positions must be in [0, {len(self)}), got {idx.min()}..{idx.max()}")
         if not np.all(np.isfinite(err)):
             raise ValueError(f"{self.name}: TD errors used as priorities must be finite")
+        if sampled_at is not None:
+            current = self._row_id[idx] < sampled_at
+            idx, err = idx[current], err[current]
         priority = np.abs(err) + self.eps
         if priority.size:
             self.max_priority = max(self.max_priority, float(priority.max()))
@@ -196,6 +208,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         state = super().state_dict()
         state["priorities"] = self.tree.values(np.arange(len(self)))
         state["max_priority"] = self.max_priority
+        state["row_id"] = self._row_id[: len(self)].copy()
         return state
 
     def set_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -203,3 +216,5 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree = SumTree(self.capacity)
         self.tree.update(np.arange(len(self)), np.asarray(state["priorities"], np.float64))
         self.max_priority = float(state["max_priority"])
+        self._row_id[:] = 0
+        self._row_id[: len(self)] = np.asarray(state.get("row_id", np.zeros(len(self))), np.int64)

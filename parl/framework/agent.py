@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 
 from parl.framework.agent_helper import AgentHelper
+from parl.framework.errors import RunStopped
 
 __all__ = ["Agent", "StepResult"]
 
@@ -73,6 +74,9 @@ class Agent:
         self.episode_steps = 0
         self.total_steps = 0
         self.episodes = 0
+        self.episode_ended = False
+        # Set by the runtime when the run has a step budget: returns False once the budget is spent.
+        self.step_guard: Callable[[], bool] | None = None
         self._seeded = False
 
     def run_one_episode(self) -> float | None:
@@ -83,6 +87,7 @@ class Agent:
         """Reset counters and helpers before an episode (called by the runtime)."""
         self.episode_return = 0.0
         self.episode_steps = 0
+        self.episode_ended = False
         for helper in self.helpers.values():
             helper.start_episode()
 
@@ -106,7 +111,12 @@ class Agent:
         terminated = truncated = False
         info: dict[str, Any] = {}
         time_steps = 0
+        guard = self.step_guard
         while time_steps < self.action_repeat:
+            if guard is not None and not guard():
+                if time_steps == 0:
+                    raise RunStopped(f"agent {self.agent_id}: the run's step budget is spent")
+                break  # the budget ends this action's repetition early
             obs, reward, terminated, truncated, info = self.env.step(action)
             total += float(reward)
             time_steps += 1
@@ -115,6 +125,7 @@ class Agent:
         self.episode_return += total
         self.episode_steps += time_steps
         self.total_steps += time_steps
+        self.episode_ended = bool(terminated or truncated)
         return StepResult(obs, total, bool(terminated), bool(truncated), dict(info), time_steps)
 
     def close(self) -> None:

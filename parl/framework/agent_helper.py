@@ -541,6 +541,7 @@ class ExpReplayHelper(AgentHelper):
             return None
         with self._lock:
             self._since_learn = 0
+            sampled_at = self.buffer.added
             if not isinstance(self.buffer, PrioritizedReplayBuffer):
                 batch, idx = self.buffer.sample(self.config.batch_size, self.rng), None
             else:
@@ -557,7 +558,8 @@ class ExpReplayHelper(AgentHelper):
             )
         with self._lock:
             assert isinstance(self.buffer, PrioritizedReplayBuffer)
-            self.buffer.update_priorities(idx, result.per_sample[key])
+            # Rows the agent added meanwhile (LearnTrigger.THREAD) may have replaced some sampled ones.
+            self.buffer.update_priorities(idx, result.per_sample[key], sampled_at=sampled_at)
         return result
 
 

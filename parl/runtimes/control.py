@@ -49,6 +49,7 @@ class RunControl:
     def __post_init__(self) -> None:
         self._live: dict[int, Agent] = {}
         self._retired_steps = 0
+        self._reserved_steps = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.returns = {i: [] for i in range(self.num_agents)}
@@ -80,12 +81,27 @@ class RunControl:
         return self._stop.is_set() or self.budget_reached()
 
     def track(self, agent_id: int, agent: Agent) -> None:
-        """Count ``agent``'s env steps live (replacing a previous agent with this id)."""
+        """Count ``agent``'s env steps live (replacing a previous agent with this id).
+
+        With a step budget the agent also gets a step guard, so the agents of
+        this process together take exactly ``max_steps`` env steps.
+        """
         with self._lock:
             old = self._live.get(agent_id)
             if old is not None and old is not agent:
                 self._retired_steps += old.total_steps
             self._live[agent_id] = agent
+        if self.max_steps is not None:
+            agent.step_guard = self.reserve_step
+
+    def reserve_step(self) -> bool:
+        """Reserve one env step of the budget; False (and a stop request) once it is spent."""
+        with self._lock:
+            if self.max_steps is None or self._reserved_steps < self.max_steps:
+                self._reserved_steps += 1
+                return True
+        self._stop.set()
+        return False
 
     @property
     def env_steps(self) -> int:
@@ -175,6 +191,12 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
             agent.episodes += 1
             control.episode_done(slot.agent_id, episode_return, agent.episode_steps)
         except RunStopped:
+            agent = slot.agent
+            if agent is not None and agent.episode_ended:
+                # The episode's last env step was taken before the stop: it is a whole episode.
+                episode_return = agent.episode_return
+                agent.episodes += 1
+                control.episode_done(slot.agent_id, episode_return, agent.episode_steps)
             return
         except WrapperError as exc:
             # The wrapper is dead for every agent: rebuilding this one cannot help.
