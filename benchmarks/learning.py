@@ -718,11 +718,18 @@ def main(argv: list[str] | None = None) -> None:
         if runs["parl"] and runs["sb3"]:
             entry["ratio"], entry["status"] = verdict(problem, entry["parl"]["summary"], entry["sb3"]["summary"])
         results["problems"][name] = entry
+        # Write after every problem, so a long run that is cut short still leaves its finished rows.
+        _write(results, started, final=name == names[-1], enabled=not args.no_write and (not args.quick or args.write))
+
+
+def _write(results: dict[str, Any], started: float, final: bool, enabled: bool) -> None:
     results["total_seconds"] = time.monotonic() - started
+    results["complete"] = final
     results["machine"]["loadavg_at_end"] = os.getloadavg()
     md = markdown(results)
-    print(md)
-    if not args.no_write and (not args.quick or args.write):
+    if final:
+        print(md)
+    if enabled:
         from benchmarks.common import write_results
 
         write_results("learning", results, md)
