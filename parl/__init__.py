@@ -31,6 +31,7 @@ from parl.algorithms import (
 )
 from parl.data.replay_buffer import ReplayBuffer
 from parl.data.specs import FieldSpec, SpecError
+from parl.envs.guarded import GuardedEnv
 from parl.framework.agent import Agent, StepResult
 from parl.framework.agent_helper import (
     AgentHelper,
@@ -45,12 +46,13 @@ from parl.framework.algorithm import Algorithm
 from parl.framework.communicator import Communicator
 from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import BatchStats, ComputationWrapper, WrapperConfig
-from parl.framework.errors import AgentError, RunStopped, TaskError, WrapperError
+from parl.framework.errors import AgentError, EnvFault, EnvFaultLimitError, RunStopped, TaskError, WrapperError
 from parl.framework.factories import create_algorithm_func
 from parl.framework.manager import Manager, ManagerConfig, RunReport, Runtime, TaskConfig
 from parl.framework.model import Model
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.layers.layer_func import LayerFunc, ParamSyncError
+from parl.runtimes.faults import FaultConfig, FaultStats
 from parl.training.evaluation_stopper import EvalStopper
 from parl.utils.evaluation import evaluate_greedy
 
@@ -62,6 +64,11 @@ __all__ = [
     "DDPG",
     "DDPGConfig",
     "EvalStopper",
+    "EnvFault",
+    "EnvFaultLimitError",
+    "FaultConfig",
+    "FaultStats",
+    "GuardedEnv",
     "GymAgent",
     "PPO",
     "PPOConfig",

@@ -157,7 +157,7 @@ class TrainingAgent(parl.Agent):
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_training_each_agent_gets_exactly_its_rows_and_batches_respect_limits(runtime: str) -> None:
     algo = EchoAlgorithm()
-    wrapper = parl.WrapperConfig(min_train_batch_size=8, max_train_batch_size=12, train_max_wait_s=0.5)
+    wrapper = parl.WrapperConfig(min_train_batch_size=8, max_train_batch_size=12, train_max_wait_s=2.0)
     manager = parl.Manager(
         [echo_task_config(algo, helper=RowsHelper, wrapper=wrapper)],
         TrainingAgent,

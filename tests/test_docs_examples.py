@@ -26,8 +26,17 @@ BLOCKS = _blocks()
 
 def test_the_doc_has_an_example_for_each_part() -> None:
     sections = {name.split("_", 1)[1] for name, _ in BLOCKS}
-    for part in ("layers_and_layerfunc", "model", "algorithm", "computationtask", "sharing_and_cloning",
-                 "parameter_sync", "specs_and_error_messages", "thread_safety", "save_and_load"):
+    for part in (
+        "layers_and_layerfunc",
+        "model",
+        "algorithm",
+        "computationtask",
+        "sharing_and_cloning",
+        "parameter_sync",
+        "specs_and_error_messages",
+        "thread_safety",
+        "save_and_load",
+    ):
         assert part in sections, f"no example under the section {part!r}"
 
 

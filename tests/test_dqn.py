@@ -160,9 +160,7 @@ sys.stderr.write(f"\\nPROBE {py_before} {threading.active_count()} {os_before} {
 
 
 def test_import_parl_prints_nothing_and_starts_no_thread() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", _IMPORT_PROBE], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     probe = [line for line in proc.stderr.splitlines() if line.startswith("PROBE ")]

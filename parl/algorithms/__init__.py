@@ -11,5 +11,17 @@ from parl.algorithms.ppo import PPO, PPOConfig
 from parl.algorithms.sac import SAC, SACConfig
 from parl.algorithms.td3 import TD3, TD3Config
 
-__all__ = ["A2C", "A2CConfig", "DDPG", "DDPGConfig", "DQN", "DQNConfig", "PPO", "PPOConfig", "SAC", "SACConfig",
-           "TD3", "TD3Config"]
+__all__ = [
+    "A2C",
+    "A2CConfig",
+    "DDPG",
+    "DDPGConfig",
+    "DQN",
+    "DQNConfig",
+    "PPO",
+    "PPOConfig",
+    "SAC",
+    "SACConfig",
+    "TD3",
+    "TD3Config",
+]

@@ -57,9 +57,7 @@ def huber_loss(x: paddle.Tensor, delta: float = 1.0) -> paddle.Tensor:
     return 0.5 * quad * quad + delta * (abs_x - quad)
 
 
-def gae_advantages(
-    delta_t: np.ndarray, segment_end_t: np.ndarray, gamma: float, lam: float
-) -> np.ndarray:
+def gae_advantages(delta_t: np.ndarray, segment_end_t: np.ndarray, gamma: float, lam: float) -> np.ndarray:
     """Generalised advantage estimates over rows in time order (Schulman et al., 2016).
 
     ``A_t = delta_t + gamma * lam * (1 - segment_end_t) * A_{t+1}``, where

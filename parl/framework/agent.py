@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 
@@ -12,6 +12,18 @@ from parl.framework.agent_helper import AgentHelper
 from parl.framework.errors import RunStopped
 
 __all__ = ["Agent", "StepResult"]
+
+
+class StepBudget(Protocol):
+    """A run's shared step budget, given to agents by the runtime."""
+
+    def reserve_step(self) -> bool:
+        """Take one env step of the budget; False once it is spent."""
+        ...
+
+    def release_step(self) -> None:
+        """Give back a reserved step that did not happen (the env failed)."""
+        ...
 
 
 @dataclass
@@ -75,8 +87,8 @@ class Agent:
         self.total_steps = 0
         self.episodes = 0
         self.episode_ended = False
-        # Set by the runtime when the run has a step budget: returns False once the budget is spent.
-        self.step_guard: Callable[[], bool] | None = None
+        # Set by the runtime when the run has a step budget.
+        self.step_budget: StepBudget | None = None
         self._seeded = False
 
     def run_one_episode(self) -> float | None:
@@ -111,13 +123,18 @@ class Agent:
         terminated = truncated = False
         info: dict[str, Any] = {}
         time_steps = 0
-        guard = self.step_guard
+        budget = self.step_budget
         while time_steps < self.action_repeat:
-            if guard is not None and not guard():
+            if budget is not None and not budget.reserve_step():
                 if time_steps == 0:
                     raise RunStopped(f"agent {self.agent_id}: the run's step budget is spent")
                 break  # the budget ends this action's repetition early
-            obs, reward, terminated, truncated, info = self.env.step(action)
+            try:
+                obs, reward, terminated, truncated, info = self.env.step(action)
+            except BaseException:
+                if budget is not None:
+                    budget.release_step()  # a step that did not happen does not use the budget
+                raise
             total += float(reward)
             time_steps += 1
             if terminated or truncated:

@@ -157,8 +157,7 @@ class AgentHelper:
         states = self._pre_states if self._pre_states is not None else self.states
         self._pre_states = None
         record: dict[str, Any] = {
-            "inputs": self._accepted_inputs(inputs)
-            or check_fields(inputs, self.input_specs, group="inputs", **where),  # type: ignore[arg-type]
+            "inputs": self._accepted_inputs(inputs) or check_fields(inputs, self.input_specs, group="inputs", **where),  # type: ignore[arg-type]
             "states": states,
             "game_over": game_over,
         }

@@ -189,8 +189,7 @@ def _check_layer_state(item: str, layer: paddle.nn.Layer, saved: Mapping[str, An
     extra = sorted(set(saved) - set(current))
     if missing or extra:
         raise ValueError(
-            f"checkpoint item {item!r} does not match {type(layer).__name__}: "
-            f"missing {missing}, unexpected {extra}"
+            f"checkpoint item {item!r} does not match {type(layer).__name__}: missing {missing}, unexpected {extra}"
         )
     for key, value in current.items():
         want = tuple(int(d) for d in value.shape)

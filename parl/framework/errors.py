@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TaskError", "AgentError", "RunStopped", "WrapperError"]
+__all__ = ["TaskError", "AgentError", "RunStopped", "WrapperError", "EnvFault", "EnvFaultLimitError"]
 
 
 class TaskError(RuntimeError):
@@ -80,3 +80,28 @@ class AgentError(RuntimeError):
 
 class RunStopped(Exception):
     """Raised inside an agent waiting on a task when the run is being stopped."""
+
+
+class EnvFault(Exception):
+    """An env ``step`` or ``reset`` raised or hung; the env was rebuilt and the episode is cut.
+
+    Raised inside the agent by a guarded env (see ``FaultConfig``); the
+    runtime ends the episode there, counts it, and starts a new one. The
+    transition that would cross the fault is never built.
+
+    Attributes:
+        kind: ``"error"`` (the env raised) or ``"hang"`` (past its deadline).
+        consecutive: faults in a row of this env, this one included.
+    """
+
+    def __init__(self, message: str, kind: str, consecutive: int) -> None:
+        self.kind = kind
+        self.consecutive = consecutive
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.kind, self.consecutive))
+
+
+class EnvFaultLimitError(RuntimeError):
+    """An env faulted more times in a row than ``FaultConfig.max_consecutive_faults`` allows."""

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
+from parl.envs.guarded import guard_env
 from parl.framework.agent import Agent
 from parl.framework.agent_helper import AgentHelper
 from parl.framework.algorithm import Algorithm
@@ -23,6 +24,7 @@ from parl.framework.errors import AgentError, WrapperError
 from parl.runtimes.base import AgentRuntime
 from parl.runtimes.control import AgentFailure, AgentSlot, RunControl
 from parl.runtimes.coroutines import CoroutineRuntime
+from parl.runtimes.faults import FaultConfig, FaultStats
 from parl.runtimes.processes import ProcessRuntime, RemoteAgentSpec, TaskSpecs
 from parl.runtimes.threads import ThreadRuntime
 
@@ -105,6 +107,8 @@ class ManagerConfig:
     """Agent ``i`` resets its env with seed ``seed + i`` on its first episode."""
     poll_s: float = 0.01
     """How often ``run`` checks stop conditions."""
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    """How env crashes and hangs are handled (by default an env error fails its agent)."""
 
     def __post_init__(self) -> None:
         if self.num_agents < 1:
@@ -137,6 +141,8 @@ class RunReport:
     last_metrics: dict[str, dict[str, float]]
     failures: list[AgentFailure]
     restarts: int
+    faults: FaultStats = field(default_factory=FaultStats)
+    """Env errors and hangs absorbed, episodes cut, workers lost."""
 
     @property
     def all_returns(self) -> list[float]:
@@ -222,7 +228,8 @@ class Manager:
                 helpers[tc.name] = tc.helper(tc.name, comm)
             else:
                 helpers[tc.name] = tc.helper(tc.name, comm, tc.helper_config)
-        env = self.make_env(agent_id) if self.make_env is not None else None
+        on_fault = self.control.record_fault if self.control is not None else None
+        env = guard_env(self.make_env, agent_id, self.config.faults, on_fault)
         agent = self.agent_factory(agent_id, env, helpers)
         if not isinstance(agent, Agent):
             raise TypeError(f"the agent factory must return a parl.Agent, got {type(agent).__name__}")
@@ -239,6 +246,7 @@ class Manager:
                 helpers=[(tc.helper, tc.helper_config) for tc in self.task_configs],
                 agent_factory=self.agent_factory,
                 make_env=self.make_env,
+                faults=c.faults,
                 seed=c.seed,
                 restart_failed_agents=c.restart_failed_agents,
                 max_restarts=c.max_restarts,
@@ -325,6 +333,7 @@ class Manager:
             last_metrics={k: dict(w.last_metrics) for k, w in self.wrappers.items()},
             failures=list(control.failures),
             restarts=control.restarts,
+            faults=control.faults,
         )
 
     def stop(self) -> None:

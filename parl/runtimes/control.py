@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parl.framework.agent import Agent
-from parl.framework.errors import RunStopped, WrapperError
+from parl.framework.errors import EnvFault, EnvFaultLimitError, RunStopped, WrapperError
+from parl.runtimes.faults import FaultStats
 
 __all__ = ["RunControl", "AgentFailure", "AgentSlot", "run_agent_loop"]
 
@@ -44,6 +45,7 @@ class RunControl:
     failures: list[AgentFailure] = field(default_factory=list)
     restarts: int = 0
     fatal: AgentFailure | None = None
+    faults: FaultStats = field(default_factory=FaultStats)
     started_at: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
@@ -92,16 +94,24 @@ class RunControl:
                 self._retired_steps += old.total_steps
             self._live[agent_id] = agent
         if self.max_steps is not None:
-            agent.step_guard = self.reserve_step
+            agent.step_budget = self
 
     def reserve_step(self) -> bool:
-        """Reserve one env step of the budget; False (and a stop request) once it is spent."""
+        """Reserve one env step of the budget; False once it is spent.
+
+        The run itself stops when the steps actually taken reach the budget
+        (a reserved step whose env fails is given back by :meth:`release_step`).
+        """
         with self._lock:
             if self.max_steps is None or self._reserved_steps < self.max_steps:
                 self._reserved_steps += 1
                 return True
-        self._stop.set()
         return False
+
+    def release_step(self) -> None:
+        """Give back a step reserved by :meth:`reserve_step` that the env did not take."""
+        with self._lock:
+            self._reserved_steps -= 1
 
     @property
     def env_steps(self) -> int:
@@ -123,6 +133,18 @@ class RunControl:
             self.lengths[agent_id].append(steps)
         if self.budget_reached():
             self._stop.set()
+
+    def episode_cut(self, agent_id: int, steps: int) -> None:
+        """Record an episode ended by an env fault after ``steps`` env steps (not a finished episode)."""
+        with self._lock:
+            self.steps += steps
+        self.record_fault("episodes_cut")
+        if self.budget_reached():
+            self._stop.set()
+
+    def record_fault(self, kind: str, n: int = 1) -> None:
+        """Count ``n`` fault events of ``kind`` (a :class:`FaultStats` field name)."""
+        self.faults.add(kind, n)
 
     def agent_failed(self, agent_id: int, error: BaseException, tb: str, restartable: bool = True) -> bool:
         """Record a failure; return True if the agent should be restarted.
@@ -191,12 +213,18 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
             agent.episodes += 1
             control.episode_done(slot.agent_id, episode_return, agent.episode_steps)
         except RunStopped:
-            agent = slot.agent
-            if agent is not None and agent.episode_ended:
+            last = slot.agent
+            if last is not None and last.episode_ended:
                 # The episode's last env step was taken before the stop: it is a whole episode.
-                episode_return = agent.episode_return
-                agent.episodes += 1
-                control.episode_done(slot.agent_id, episode_return, agent.episode_steps)
+                last.episodes += 1
+                control.episode_done(slot.agent_id, last.episode_return, last.episode_steps)
+            return
+        except EnvFault:
+            # The env was rebuilt; the episode ends here and the helpers cut it at the next begin_episode.
+            cut = slot.agent
+            control.episode_cut(slot.agent_id, cut.episode_steps if cut is not None else 0)
+        except EnvFaultLimitError as exc:
+            control.agent_failed(slot.agent_id, exc, traceback.format_exc(), restartable=False)
             return
         except WrapperError as exc:
             # The wrapper is dead for every agent: rebuilding this one cannot help.

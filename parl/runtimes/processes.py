@@ -39,6 +39,7 @@ import numpy as np
 
 from parl.data.packing import pack_fields
 from parl.data.specs import FieldSpec, SpecError, all_finite, check_fields
+from parl.envs.guarded import guard_env
 from parl.framework.agent import Agent
 from parl.framework.agent_helper import AgentHelper
 from parl.framework.communicator import Communicator, Failure, PredictRequest
@@ -48,6 +49,7 @@ from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.runtimes.control import AgentSlot, RunControl
 from parl.runtimes.coroutines import Hub
+from parl.runtimes.faults import FaultConfig
 
 __all__ = ["ProcessRuntime", "TaskSpecs", "RemoteAgentSpec"]
 
@@ -96,6 +98,7 @@ class RemoteAgentSpec:
     helpers: list[tuple[Callable[..., AgentHelper], Any]]
     agent_factory: Callable[..., Agent]
     make_env: Callable[[int], Any] | None
+    faults: FaultConfig
     seed: int
     restart_failed_agents: bool
     max_restarts: int
@@ -299,6 +302,17 @@ class _WorkerControl(RunControl):
         assert self.messenger is not None
         self.messenger.send(("episode", agent_id, episode_return, steps))
 
+    def episode_cut(self, agent_id: int, steps: int) -> None:
+        assert self.messenger is not None
+        self.messenger.send(("cut", agent_id, steps))
+
+    def record_fault(self, kind: str, n: int = 1) -> None:
+        assert self.messenger is not None
+        try:
+            self.messenger.send(("fault", kind, n))
+        except Exception:  # noqa: BLE001 - the learner may be gone
+            logger.debug("could not report a fault (%s)", kind, exc_info=True)
+
     def agent_failed(self, agent_id: int, error: BaseException, tb: str, restartable: bool = True) -> bool:
         assert self.messenger is not None
         restart = restartable and self.restart_failed_agents and self.restarts < self.max_restarts
@@ -359,7 +373,7 @@ class _Worker:
             helper_cls, cfg = self.spec.helpers[i]
             name = w.task.name
             helpers[name] = helper_cls(name, comm) if cfg is None else helper_cls(name, comm, cfg)
-        env = self.spec.make_env(agent_id) if self.spec.make_env is not None else None
+        env = guard_env(self.spec.make_env, agent_id, self.spec.faults, self.control.record_fault)
         agent = self.spec.agent_factory(agent_id, env, helpers)
         if agent.seed is None:
             agent.seed = self.spec.seed + agent_id
@@ -472,7 +486,9 @@ class _WorkerLink:
             target=_worker_main,
             args=(self.index, self.agent_ids, rt.remote_spec, channels, child_pred, child_msg, rt.stop_event),
             name=f"parl-worker-{self.index}",
-            daemon=True,
+            # Not daemonic, so that a worker may host its envs in processes of their own (FaultConfig);
+            # stop() always ends it, and a worker whose learner is gone stops on the closed pipes.
+            daemon=False,
         )
         self.process.start()
         child_pred.close()
@@ -540,6 +556,12 @@ class _WorkerLink:
         elif kind == "failure":
             _, agent_id, error, tb, restarted = msg
             self.runtime.record_failure(agent_id, error, tb, restarted)
+        elif kind == "cut":
+            _, agent_id, steps = msg
+            self.control.episode_cut(agent_id, steps)
+        elif kind == "fault":
+            _, fault_kind, n = msg
+            self.control.record_fault(fault_kind, n)
         elif kind == "exited":
             self.exited = True
 
@@ -649,6 +671,8 @@ class ProcessRuntime:
         assert self.control is not None
         c = self.control
         error = RuntimeError(f"worker process {link.index} (agents {link.agent_ids}) died with exit code {exitcode}")
+        c.record_fault("workers_lost")
+        c.record_fault("episodes_lost", len(link.agent_ids))
         if c.restart_failed_agents and c.restarts < c.max_restarts and not c.stop_requested:
             from parl.runtimes.control import AgentFailure
 

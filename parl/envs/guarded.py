@@ -1,0 +1,282 @@
+"""GuardedEnv: an env that survives its own crashes and hangs.
+
+Each fault (``step`` or ``reset`` raising, or running past its deadline) is
+counted, the env is thrown away and built again, and :class:`EnvFault` is
+raised in the agent, which ends the episode there. The transition that would
+cross the fault is never built, so the learner never sees it. After more than
+``max_consecutive_faults`` faults in a row, :class:`EnvFaultLimitError`
+reaches the caller instead.
+
+With a deadline (``step_timeout_s``) the env lives in its own small process:
+a call that does not answer in time is a hang, and the process is killed;
+this works from any thread, with no signal handler. Without a deadline the
+env stays in the agent's thread.
+
+Example::
+
+    env = GuardedEnv(lambda: gym.make("CartPole-v1"), FaultConfig(max_consecutive_faults=3, step_timeout_s=2.0))
+    obs, info = env.reset(seed=0)
+    try:
+        obs, reward, terminated, truncated, info = env.step(0)
+    except EnvFault:
+        ...  # the env was rebuilt; start a new episode
+    env.close()
+
+The Manager wraps every env this way when ``ManagerConfig.faults`` enables it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from parl.framework.errors import EnvFault, EnvFaultLimitError
+from parl.runtimes.faults import FaultConfig
+
+__all__ = ["GuardedEnv", "guard_env"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Hang(Exception):
+    """An env call did not answer before its deadline."""
+
+
+class _RemoteFailure(Exception):
+    """An env call raised in the env's process; carries the remote traceback."""
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (no orphaned, hung envs)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _host_main(make_env: Callable[[], Any], conn: mpc.Connection) -> None:
+    """Body of an env host process: build the env, then answer ``(method, args)`` calls."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this process ends
+    env: Any = None
+    try:
+        env = make_env()
+        conn.send(("ok", (env.observation_space, env.action_space)))
+        while True:
+            method, args = conn.recv()
+            if method == "close":
+                break
+            try:
+                result = env.reset(**args) if method == "reset" else env.step(args)
+                conn.send(("ok", result))
+            except Exception as exc:  # noqa: BLE001 - sent to the parent as the fault
+                conn.send(("error", _describe(exc)))
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass
+    except Exception as exc:  # noqa: BLE001 - building the env failed
+        with contextlib.suppress(Exception):
+            conn.send(("error", _describe(exc)))
+    finally:
+        if env is not None:
+            with contextlib.suppress(Exception):
+                env.close()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+
+
+class _EnvProcess:
+    """One env in its own process, called with deadlines."""
+
+    def __init__(self, make_env: Callable[[], Any], start_method: str, timeout: float | None) -> None:
+        ctx: Any = mp.get_context(start_method)
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.process = ctx.Process(target=_host_main, args=(make_env, child), name="parl-env", daemon=True)
+        self.process.start()
+        child.close()
+        try:
+            self.observation_space, self.action_space = self._answer(timeout)
+        except BaseException:
+            self.kill()
+            raise
+
+    def call(self, method: str, args: Any, timeout: float | None) -> Any:
+        try:
+            self.conn.send((method, args))
+        except (OSError, EOFError) as exc:
+            raise _RemoteFailure(f"the env process is gone ({exc})") from None
+        return self._answer(timeout)
+
+    def _answer(self, timeout: float | None) -> Any:
+        try:
+            if not self.conn.poll(timeout):
+                raise _Hang(f"no answer within {timeout} s")
+            status, payload = self.conn.recv()
+        except (OSError, EOFError):
+            code = self.process.exitcode
+            raise _RemoteFailure(f"the env process died (exit code {code})") from None
+        if status != "ok":
+            raise _RemoteFailure(payload)
+        return payload
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.process.kill()
+        self.process.join(1.0)
+        self.conn.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.send(("close", None))
+        self.process.join(0.5)
+        if self.process.is_alive():
+            self.kill()
+        else:
+            self.conn.close()
+
+
+class GuardedEnv:
+    """An env that is rebuilt after each fault; see the module docstring.
+
+    Args:
+        make_env: builds a fresh env (called again after every fault).
+        config: fault limits and deadlines.
+        on_fault: called with a :class:`parl.FaultStats` counter name for each event.
+        name: how errors name this env (for example ``"env of agent 3"``).
+    """
+
+    def __init__(
+        self,
+        make_env: Callable[[], Any],
+        config: FaultConfig,
+        on_fault: Callable[[str], None] | None = None,
+        name: str = "env",
+    ) -> None:
+        self._make_env = make_env
+        self.config = config
+        self._on_fault = on_fault if on_fault is not None else (lambda kind: None)
+        self.name = name
+        self.consecutive_faults = 0
+        self._env: Any = None
+        self._host: _EnvProcess | None = None
+        self._build()
+
+    # ------------------------------------------------------------- the env API
+    @property
+    def observation_space(self) -> Any:
+        return self._host.observation_space if self._host is not None else self._env.observation_space
+
+    @property
+    def action_space(self) -> Any:
+        return self._host.action_space if self._host is not None else self._env.action_space
+
+    @property
+    def unwrapped(self) -> Any:
+        """The env itself (only when it runs in this process)."""
+        if self._env is None:
+            raise AttributeError(f"{self.name} runs in its own process; it has no local unwrapped env")
+        return self._env.unwrapped
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        args: dict[str, Any] = {"seed": seed}
+        if options is not None:
+            args["options"] = options
+        result: tuple[Any, dict[str, Any]] = self._call("reset", args, self.config.reset_deadline_s)
+        return result
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        result: tuple[Any, float, bool, bool, dict[str, Any]] = self._call("step", action, self.config.step_timeout_s)
+        self.consecutive_faults = 0
+        return result
+
+    def close(self) -> None:
+        if self._host is not None:
+            self._host.close()
+            self._host = None
+        if self._env is not None:
+            with contextlib.suppress(Exception):
+                self._env.close()
+            self._env = None
+
+    # ------------------------------------------------------------- internals
+    def _call(self, method: str, args: Any, timeout: float | None) -> Any:
+        try:
+            if self._host is not None:
+                return self._host.call(method, args, timeout)
+            return self._env.reset(**args) if method == "reset" else self._env.step(args)
+        except _Hang as exc:
+            self._fault("hang", f"{method} hung: {exc}", None)
+        except _RemoteFailure as exc:
+            self._fault("error", f"{method} raised in the env process: {exc}", None)
+        except Exception as exc:  # noqa: BLE001 - the env's own error is the fault
+            self._fault("error", f"{method} raised {type(exc).__name__}: {exc}", exc)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _fault(self, kind: str, what: str, cause: BaseException | None) -> None:
+        """Count a fault, throw the env away and rebuild it; always raises."""
+        self.consecutive_faults += 1
+        self._on_fault("env_hangs" if kind == "hang" else "env_errors")
+        logger.warning("%s: %s (fault %d in a row)", self.name, what.splitlines()[0], self.consecutive_faults)
+        self._discard(killed=kind == "hang")
+        limit = self.config.max_consecutive_faults
+        if self.consecutive_faults > limit:
+            raise EnvFaultLimitError(
+                f"{self.name} faulted {self.consecutive_faults} times in a row "
+                f"(FaultConfig.max_consecutive_faults={limit}); last fault: {what}"
+            ) from cause
+        self._build()
+        self._on_fault("envs_rebuilt")
+        raise EnvFault(f"{self.name}: {what.splitlines()[0]}; the env was rebuilt", kind, self.consecutive_faults)
+
+    def _discard(self, killed: bool) -> None:
+        if self._host is not None:
+            if killed:
+                self._host.kill()
+            else:
+                self._host.close()
+            self._host = None
+        elif self._env is not None:
+            with contextlib.suppress(Exception):
+                self._env.close()
+            self._env = None
+
+    def _build(self) -> None:
+        """Build the env; a build that fails or hangs counts as a fault of its own."""
+        while True:
+            try:
+                if self.config.isolated:
+                    self._host = _EnvProcess(self._make_env, self.config.start_method, self.config.reset_deadline_s)
+                else:
+                    self._env = self._make_env()
+                return
+            except Exception as exc:  # noqa: BLE001 - any failure to build is a fault
+                self.consecutive_faults += 1
+                self._on_fault("env_hangs" if isinstance(exc, _Hang) else "env_errors")
+                if self.consecutive_faults > self.config.max_consecutive_faults:
+                    raise EnvFaultLimitError(
+                        f"{self.name} could not be built ({self.consecutive_faults} faults in a row, "
+                        f"FaultConfig.max_consecutive_faults={self.config.max_consecutive_faults}): {exc}"
+                    ) from exc
+                logger.warning("%s: building it failed (%s); trying again", self.name, exc)
+
+
+def guard_env(
+    make_env: Callable[[int], Any] | None,
+    agent_id: int,
+    faults: FaultConfig,
+    on_fault: Callable[[str], None] | None,
+) -> Any:
+    """Agent ``agent_id``'s env, behind a :class:`GuardedEnv` when ``faults`` asks for one."""
+    if make_env is None:
+        return None
+    if not faults.enabled:
+        return make_env(agent_id)
+    return GuardedEnv(lambda: make_env(agent_id), faults, on_fault, name=f"env of agent {agent_id}")
