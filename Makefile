@@ -2,6 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: demo test test-slow lint format typecheck bench bench-learning clean
 
@@ -11,15 +12,20 @@ $(STAMP): setup.py pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,plot]"
 	touch $(STAMP)
 
+# The tests also cover the Ray runtime, so they install the optional Ray extra.
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[test,plot,ray]"
+	touch $(TEST_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m examples.demo
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m ruff check parl examples tests benchmarks
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
-test-slow: $(STAMP)
+test-slow: $(TEST_STAMP)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)

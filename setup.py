@@ -26,6 +26,8 @@ setup(
             "mypy>=1.8",
         ],
         "plot": ["matplotlib>=3.7"],
+        # The Ray runtime (ManagerConfig(runtime="ray")); nothing else imports it.
+        "ray": ["ray>=2.9"],
         # Peers for the learning benchmark only; the CPU torch 2.13.0 wheel is installed first
         # (`pip install torch==2.13.0`) so that stable-baselines3 does not pull a CUDA build.
         "bench": ["stable-baselines3>=2.3", "matplotlib>=3.7"],

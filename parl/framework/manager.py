@@ -42,6 +42,8 @@ class Runtime(str, enum.Enum):
     """Many agents per thread as greenlets, predictions batched in place (fastest in one process)."""
     PROCESSES = "processes"
     """Agents in worker processes (many per process), tasks in this process; predictions via shared memory."""
+    RAY = "ray"
+    """Agents in Ray actors (many per actor, on any node of a cluster), tasks in this process."""
 
 
 class HelperFactory(Protocol):
@@ -84,13 +86,18 @@ class ManagerConfig:
     num_agents: int = 4
     """Agents run in parallel."""
     runtime: Runtime | str = Runtime.COROUTINES
-    """Where agents run: ``"coroutines"`` (many per thread) or ``"threads"`` (one thread each)."""
+    """Where agents run: ``"coroutines"`` (many per thread), ``"threads"`` (one thread each),
+    ``"processes"`` (worker processes) or ``"ray"`` (Ray actors); see :class:`Runtime`."""
     num_threads: int = 1
     """Hub threads of the coroutine runtime."""
     num_workers: int = 2
     """Worker processes of the process runtime."""
     start_method: str = "fork"
     """How the process runtime starts workers (``fork``, or ``spawn`` with picklable factories)."""
+    ray_address: str | None = None
+    """Ray runtime: the cluster to join when Ray is not initialized yet (None: start a local instance)."""
+    ray_cpus_per_worker: float = 1.0
+    """Ray runtime: CPUs each actor reserves in Ray's scheduler."""
     max_episodes: int | None = None
     """Stop after this many episodes in total."""
     max_steps: int | None = None
@@ -218,6 +225,12 @@ class Manager:
             return ThreadRuntime()
         if self.config.runtime == Runtime.PROCESSES:
             return ProcessRuntime(self.config.num_workers, self.config.start_method)  # type: ignore[return-value]
+        if self.config.runtime == Runtime.RAY:
+            from parl.runtimes.ray_runtime import RayRuntime  # Ray is optional: imported only when used
+
+            return RayRuntime(  # type: ignore[return-value]
+                self.config.num_workers, self.config.ray_address, self.config.ray_cpus_per_worker
+            )
         return CoroutineRuntime(self.config.num_threads)
 
     def _build_agent(self, agent_id: int, runtime: AgentRuntime) -> Agent:

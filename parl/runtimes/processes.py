@@ -176,15 +176,19 @@ class _RemoteWrapper:
         self,
         index: int,
         specs: TaskSpecs,
-        channel: _TaskChannel,
+        channel: _TaskChannel | None,
         pred_conn: mpc.Connection,
         msg: _WorkerMessenger,
     ) -> None:
         self.index = index
         self.task = specs
         self.config = specs.config
-        self.request = _SharedArrays(_request_specs(specs), channel.capacity, channel.request_name)
-        self.reply = _SharedArrays(_reply_specs(specs), channel.capacity, channel.reply_name)
+        # Without a channel (a worker on another machine) the arrays travel in the messages themselves.
+        self.request: _SharedArrays | None = None
+        self.reply: _SharedArrays | None = None
+        if channel is not None:
+            self.request = _SharedArrays(_request_specs(specs), channel.capacity, channel.request_name)
+            self.reply = _SharedArrays(_reply_specs(specs), channel.capacity, channel.reply_name)
         self.pred_conn = pred_conn
         self.msg = msg
         self.error: BaseException | None = None
@@ -218,14 +222,16 @@ class _RemoteWrapper:
             if items:
                 self._serve(items, explore)
             return
+        states = pack_fields([r.states for r in requests])[0] if self.task.state_specs else {}
         try:
-            if rows > self.request.capacity:
-                raise ValueError(f"{rows} samples exceed the shared buffer of {self.request.capacity}")
-            self.request.write({f"in.{k}": v for k, v in inputs.items()}, rows)
-            if self.task.state_specs:
-                states = pack_fields([r.states for r in requests])[0]
+            if self.request is None:
+                self.pred_conn.send((self.index, rows, explore, inputs, states))
+            else:
+                if rows > self.request.capacity:
+                    raise ValueError(f"{rows} samples exceed the shared buffer of {self.request.capacity}")
+                self.request.write({f"in.{k}": v for k, v in inputs.items()}, rows)
                 self.request.write({f"st.{k}": v for k, v in states.items()}, rows)
-            self.pred_conn.send((self.index, rows, explore))
+                self.pred_conn.send((self.index, rows, explore))
             status, payload = self.pred_conn.recv()
         except (EOFError, OSError) as exc:
             status, payload = "error", (exc, "the learner process is gone")
@@ -236,7 +242,7 @@ class _RemoteWrapper:
             for comm, _ in items:
                 comm.put_prediction_return(Failure(error, tb, "predict"))
             return
-        out = self.reply.read(rows, copy=True)
+        out = payload if self.reply is None else self.reply.read(rows, copy=True)
         for i, (comm, _) in enumerate(items):
             lo, hi = offsets[i], offsets[i + 1]
             pred = Prediction(
@@ -345,7 +351,7 @@ class _Worker:
         worker: int,
         agent_ids: list[int],
         spec: RemoteAgentSpec,
-        channels: list[_TaskChannel],
+        channels: list[_TaskChannel] | None,
         pred_conn: mpc.Connection,
         msg_conn: mpc.Connection,
         stop_event: Any,
@@ -353,7 +359,10 @@ class _Worker:
         self.worker, self.agent_ids, self.spec = worker, agent_ids, spec
         self.msg_conn, self.stop_event = msg_conn, stop_event
         self.messenger = _WorkerMessenger(msg_conn, stop_event)
-        self.wrappers = [_RemoteWrapper(i, t, channels[i], pred_conn, self.messenger) for i, t in enumerate(spec.tasks)]
+        self.wrappers = [
+            _RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger)
+            for i, t in enumerate(spec.tasks)
+        ]
         self.hub = Hub(worker, poll_s=0.02)
         self.control = _WorkerControl(
             max(agent_ids) + 1 if agent_ids else 0,
@@ -389,6 +398,8 @@ class _Worker:
             if msg[0] == "learn_result":
                 _, task_index, agent_id, item = msg
                 self.comms[(task_index, agent_id)].put_training_return(item)
+            elif msg[0] == "stop":
+                self.stop_event.set()
 
     def report(self, msg: tuple[Any, ...]) -> None:
         try:
@@ -415,8 +426,9 @@ class _Worker:
                         logger.debug("closing agent %d failed", slot.agent_id, exc_info=True)
             self.report(("exited", self.worker))
             for w in self.wrappers:
-                w.request.close()
-                w.reply.close()
+                if w.request is not None and w.reply is not None:
+                    w.request.close()
+                    w.reply.close()
 
 
 def _worker_main(
@@ -469,10 +481,32 @@ class _WorkerLink:
         self.process: Any = None
         self.thread: threading.Thread | None = None
         self.exited = False
+        self.said_goodbye = False
         self._send_lock = threading.Lock()
         self.buffers: list[tuple[_SharedArrays, _SharedArrays]] = []
 
     def start(self) -> None:
+        """Start (or restart) the worker and the thread that serves it."""
+        self.exited = False
+        self.said_goodbye = False
+        self.pred_conn, self.msg_conn = self._launch()
+        self.thread = threading.Thread(target=self._serve, name=f"parl-link-{self.index}", daemon=True)
+        self.thread.start()
+
+    def describe(self) -> str:
+        return f"worker process {self.index} (pid {self.process.pid})"
+
+    def _sentinels(self) -> list[Any]:
+        return [self.process.sentinel]
+
+    def _exit_code(self) -> int | None:
+        """The worker's exit code once it ended (None while it runs)."""
+        self.process.join(timeout=0.5)
+        code: int | None = self.process.exitcode
+        return code
+
+    def _launch(self) -> tuple[mpc.Connection, mpc.Connection]:
+        """Start the worker process; return the (prediction, message) connections to it."""
         rt = self.runtime
         ctx: Any = mp.get_context(rt.start_method)
         capacity = max(1, len(self.agent_ids))
@@ -480,8 +514,8 @@ class _WorkerLink:
             (_SharedArrays(_request_specs(t), capacity), _SharedArrays(_reply_specs(t), capacity)) for t in rt.specs
         ]
         channels = [_TaskChannel(req.shm.name, rep.shm.name, capacity) for req, rep in self.buffers]
-        self.pred_conn, child_pred = ctx.Pipe(duplex=True)
-        self.msg_conn, child_msg = ctx.Pipe(duplex=True)
+        pred_conn, child_pred = ctx.Pipe(duplex=True)
+        msg_conn, child_msg = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
             target=_worker_main,
             args=(self.index, self.agent_ids, rt.remote_spec, channels, child_pred, child_msg, rt.stop_event),
@@ -493,9 +527,7 @@ class _WorkerLink:
         self.process.start()
         child_pred.close()
         child_msg.close()
-        self.exited = False
-        self.thread = threading.Thread(target=self._serve, name=f"parl-link-{self.index}", daemon=True)
-        self.thread.start()
+        return pred_conn, msg_conn
 
     def send(self, msg: Any) -> None:
         with self._send_lock:
@@ -506,35 +538,41 @@ class _WorkerLink:
 
     def _serve(self) -> None:
         conns = [self.pred_conn, self.msg_conn]
+        sentinels = self._sentinels()
         try:
             while not self.exited:
-                ready = mpc.wait(conns + [self.process.sentinel], timeout=0.05)
+                ready = mpc.wait(conns + sentinels, timeout=0.05)
                 if self.pred_conn in ready:
                     self._predict(self.pred_conn.recv())
                 if self.msg_conn in ready:
                     self._message(self.msg_conn.recv())
-                if self.process.sentinel in ready and not self.pred_conn.poll() and not self.msg_conn.poll():
+                if any(x in ready for x in sentinels) and not self.pred_conn.poll() and not self.msg_conn.poll():
                     break
         except (EOFError, OSError):
             pass
         finally:
             self._on_exit()
 
-    def _predict(self, msg: tuple[int, int, bool]) -> None:
-        task_index, rows, explore = msg
-        req, rep = self.buffers[task_index]
+    def _predict(self, msg: tuple[Any, ...]) -> None:
+        task_index, rows, explore = msg[:3]
         task = self.runtime.tasks[task_index]
+        inline = len(msg) == 5  # the arrays came in the message (no shared memory with this worker)
         try:
-            data = req.read(rows, copy=True)
-            inputs = {k[3:]: v for k, v in data.items() if k.startswith("in.")}
-            states = {k[3:]: v for k, v in data.items() if k.startswith("st.")}
+            if inline:
+                inputs, states = msg[3], msg[4]
+            else:
+                data = self.buffers[task_index][0].read(rows, copy=True)
+                inputs = {k[3:]: v for k, v in data.items() if k.startswith("in.")}
+                states = {k[3:]: v for k, v in data.items() if k.startswith("st.")}
             pred = task.predict(inputs, states if task.state_specs else None, explore=explore, check=False)
+            extra_names = {s.name for s in task.extra_predict_specs}
             out = {f"act.{k}": v for k, v in pred.actions.items()}
             out.update({f"st.{k}": v for k, v in pred.states.items()})
-            out.update({f"ex.{k}": v for k, v in pred.extras.items() if f"ex.{k}" in rep.views})
-            rep.write(out, rows)
+            out.update({f"ex.{k}": v for k, v in pred.extras.items() if k in extra_names})
+            if not inline:
+                self.buffers[task_index][1].write(out, rows)
             self.runtime.wrappers[task_index].prediction_stats.record(1, rows)
-            self.pred_conn.send(("ok", None))
+            self.pred_conn.send(("ok", out if inline else None))
         except Exception as exc:  # noqa: BLE001 - delivered to the worker's agents
             self.pred_conn.send(("error", (_picklable(exc), traceback.format_exc())))
 
@@ -563,15 +601,15 @@ class _WorkerLink:
             _, fault_kind, n = msg
             self.control.record_fault(fault_kind, n)
         elif kind == "exited":
+            self.said_goodbye = True
             self.exited = True
 
     def _on_exit(self) -> None:
         self.exited = True
-        if self.process is not None:
-            self.process.join(timeout=0.5)
-            code = self.process.exitcode
-            if code not in (0, None) and not self.runtime.stopping:
-                self.runtime.worker_died(self, code)
+        code = self._exit_code()
+        died = code not in (0, None) or (code is None and not self.said_goodbye)
+        if died and not self.runtime.stopping:
+            self.runtime.worker_died(self, code if code is not None else -1)
 
     def close(self, timeout: float) -> bool:
         """Join the process (killing it if needed) and free the buffers; True if it ended in time."""
@@ -641,13 +679,19 @@ class ProcessRuntime:
         """Start the workers; agent ``i`` lives in worker ``i % num_workers``."""
         self.tasks, self.wrappers, self.remote_spec, self.control = list(tasks), list(wrappers), spec, control
         self.specs = spec.tasks
-        self.stop_event = mp.get_context(self.start_method).Event()
+        self.stop_event = self._make_stop_event()
         workers = min(self.num_workers, num_agents)
         for w in range(workers):
             ids = [a for a in range(num_agents) if a % workers == w]
-            link = _WorkerLink(w, ids, self, control)
-            self.links.append(link)
+            self.links.append(self._new_link(w, ids, control))
+        for link in self.links:
             link.start()
+
+    def _make_stop_event(self) -> Any:
+        return mp.get_context(self.start_method).Event()
+
+    def _new_link(self, index: int, agent_ids: list[int], control: RunControl) -> _WorkerLink:
+        return _WorkerLink(index, agent_ids, self, control)
 
     def start(self, slots: Sequence[AgentSlot], control: RunControl) -> None:
         raise RuntimeError("use start_remote: the process runtime builds its agents inside the workers")
@@ -670,7 +714,7 @@ class ProcessRuntime:
         """A worker ended abnormally: restart it (with its agents) or fail the run."""
         assert self.control is not None
         c = self.control
-        error = RuntimeError(f"worker process {link.index} (agents {link.agent_ids}) died with exit code {exitcode}")
+        error = RuntimeError(f"{link.describe()} (agents {link.agent_ids}) died with exit code {exitcode}")
         c.record_fault("workers_lost")
         c.record_fault("episodes_lost", len(link.agent_ids))
         if c.restart_failed_agents and c.restarts < c.max_restarts and not c.stop_requested:
@@ -684,9 +728,12 @@ class ProcessRuntime:
             for req, rep in link.buffers:
                 req.close()
                 rep.close()
-            link.start()
+            try:
+                link.start()
+            except Exception as exc:  # noqa: BLE001 - a worker that cannot come back ends the run
+                c.agent_failed(link.agent_ids[0], exc, traceback.format_exc(), restartable=False)
         else:
-            c.agent_failed(link.agent_ids[0], error, f"worker pid {link.process.pid} exit code {exitcode}\n")
+            c.agent_failed(link.agent_ids[0], error, f"{link.describe()}: exit code {exitcode}\n")
 
     def alive(self) -> bool:
         return any(not link.exited for link in self.links)

@@ -1,0 +1,182 @@
+"""The Ray runtime on a local Ray instance: same agent code, batched requests, failures, lost actors, chaos.
+
+Skipped when Ray is not installed (``pip install parl[ray]``); ``make test`` installs it, so CI runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from test_agent_group_fakes import (  # noqa: E402
+    CounterEnv,
+    StepAgent,
+    echo_task_config,
+    expected_action,
+)
+from test_faults import SendEveryTransition, _chaos_manager, pid_alive  # noqa: E402
+
+import parl  # noqa: E402
+from parl.envs.chaos import read_fault_log  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    """One local Ray instance for the module; the actors import the tests' helpers from PYTHONPATH."""
+    path = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+    )
+    yield
+    ray.shutdown()
+
+
+def _config(**kw: Any) -> parl.ManagerConfig:
+    kw.setdefault("num_agents", 8)
+    kw.setdefault("num_workers", 2)
+    kw.setdefault("max_seconds", 60)
+    return parl.ManagerConfig(runtime="ray", **kw)
+
+
+class CheckingAgent(StepAgent):
+    """Checks in the actor that every prediction is exactly its own row: raises otherwise."""
+
+    def run_one_episode(self) -> float:
+        ret = super().run_one_episode()
+        for obs, action, echo in self.records:
+            if action != int(expected_action(obs)[0]) or not np.array_equal(echo, obs * 2.0):
+                raise AssertionError(f"agent {self.agent_id} got a row that is not its own: {obs} -> {action}")
+        self.records.clear()
+        return ret
+
+
+def test_ray_runtime_batches_predictions_and_learns() -> None:
+    threads_before = set(threading.enumerate())
+    manager = parl.Manager(
+        [echo_task_config(helper=SendEveryTransition)],
+        CheckingAgent,
+        lambda i: CounterEnv(tag=i, length=10),
+        _config(num_agents=16, max_episodes=200),
+    )
+    report = manager.run()
+    assert report.episodes >= 200 and report.failures == []
+    assert all(len(r) > 0 for r in report.returns.values())  # agents of both actors played
+    pred = report.prediction_stats["RL"]
+    assert pred.max_batch > 1 and pred.mean_batch > 1  # one message per actor round carries many agents
+    assert report.training_stats["RL"].requests >= 200 * 9  # every transition reached the learner
+    deadline = time.monotonic() + 2.0
+    while set(threading.enumerate()) - threads_before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(threading.enumerate()) <= threads_before
+
+
+class FailingAgent(StepAgent):
+    def run_one_episode(self) -> float:
+        if self.agent_id == 5 and self.episodes == 2:
+            raise ValueError(f"agent {self.agent_id} broke in its third episode")
+        return super().run_one_episode()
+
+
+def test_an_agent_error_in_an_actor_reaches_the_caller() -> None:
+    manager = parl.Manager([echo_task_config()], FailingAgent, lambda i: CounterEnv(tag=i), _config())
+    start = time.monotonic()
+    with pytest.raises(parl.AgentError) as info:
+        manager.run()
+    assert time.monotonic() - start < 30
+    assert info.value.agent_id == 5 and isinstance(info.value.original, ValueError)
+    assert "broke in its third episode" in str(info.value) and "run_one_episode" in info.value.traceback_text
+
+
+def _kill_first_actor_after(manager: parl.Manager, episodes: int) -> list[int]:
+    killed: list[int] = []
+
+    def kill() -> None:
+        while manager.control is None or manager.control.episodes < episodes:
+            time.sleep(0.01)
+        link = manager.runtime.links[0]  # type: ignore[union-attr]
+        killed.append(link.actor_pid)
+        link.kill_actor()
+
+    threading.Thread(target=kill, daemon=True).start()
+    return killed
+
+
+def test_a_killed_actor_is_detected_and_its_agents_restarted() -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        lambda i: CounterEnv(tag=i),
+        _config(max_episodes=600, restart_failed_agents=True),
+    )
+    killed = _kill_first_actor_after(manager, 100)
+    report = manager.run()
+    assert killed and report.episodes >= 600
+    assert report.faults.workers_lost == 1 and report.faults.episodes_lost == 4 and report.restarts == 1
+    # the restarted actor's agents (0, 2, 4, 6) played again after the kill
+    assert all(len(report.returns[a]) > 0 for a in range(8))
+    assert not pid_alive(killed[0])
+
+
+def test_a_killed_actor_without_restarts_fails_the_run_quickly() -> None:
+    manager = parl.Manager([echo_task_config()], StepAgent, lambda i: CounterEnv(tag=i), _config(max_seconds=60))
+    _kill_first_actor_after(manager, 50)
+    start = time.monotonic()
+    with pytest.raises(parl.AgentError, match="Ray actor of worker 0 .* died"):
+        manager.run()
+    assert time.monotonic() - start < 20
+
+
+def test_ray_chaos_run_completes_its_budget_and_counts_every_fault(tmp_path) -> None:
+    log = str(tmp_path / "faults.log")
+    budget = 4000
+    manager = _chaos_manager("ray", log, budget)
+    killed = _kill_first_actor_after_steps(manager, budget // 3)
+    report = manager.run()
+    injected = read_fault_log(log)
+    f = report.faults
+    assert report.steps >= budget
+    assert injected["error"] > 10 and injected["hang"] >= 1, injected
+    assert killed and f.workers_lost == 1 and f.episodes_lost == 16
+    assert 0 <= injected["error"] - f.env_errors <= 16 and 0 <= injected["hang"] - f.env_hangs <= 16
+    with open(log) as fh:
+        pids = [int(line.split()[1]) for line in fh if line.startswith("pid ")]
+    deadline = time.monotonic() + 5.0
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if pid_alive(p)]  # no env host process outlived the run
+
+
+def _kill_first_actor_after_steps(manager: parl.Manager, steps: int) -> list[int]:
+    killed: list[int] = []
+
+    def kill() -> None:
+        while manager.control is None or manager.control.steps < steps:
+            time.sleep(0.01)
+        link = manager.runtime.links[0]  # type: ignore[union-attr]
+        killed.append(link.actor_pid)
+        link.kill_actor()
+
+    threading.Thread(target=kill, daemon=True).start()
+    return killed
+
+
+def test_import_parl_does_not_import_ray() -> None:
+    code = "import sys, parl; assert 'ray' not in sys.modules, 'parl imported ray'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
