@@ -12,9 +12,11 @@ the throughput section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -105,6 +107,23 @@ def agent_path(
     return {"steps_per_s": window.rate, "mean_batch": stats.mean_batch, "max_batch": stats.max_batch}
 
 
+def _start_local_ray() -> bool:
+    """Start a local Ray instance for the Ray rows (actors find this repository on PYTHONPATH)."""
+    try:
+        import ray
+    except ImportError:
+        print("Ray is not installed: no Ray rows (pip install 'parl[ray]')", flush=True)
+        return False
+    root = str(Path(__file__).resolve().parents[1])
+    ray.init(
+        num_cpus=os.cpu_count() or 2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": root}},
+    )
+    return True
+
+
 def training_path(repeats: int) -> dict[str, float]:
     """DQN update of a 4-64-64-2 network on a 64-sample batch: bare Paddle vs task vs wrapper."""
     from examples.cartpole_dqn.model import CartPoleQModel
@@ -179,10 +198,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short windows and fewer N (a smoke run)")
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray rows even when Ray is installed")
     args = parser.parse_args(argv)
     seconds = 0.5 if args.quick else args.seconds
     ns = [1, 16] if args.quick else [1, 4, 16, 64, 256]
     runtimes = [("coroutines", 1), ("threads", 1), ("processes", 1), ("processes", 2)]
+    if not args.no_ray and _start_local_ray():
+        runtimes.append(("ray", 2))
     rows: list[dict[str, Any]] = []
     for env_name, (make_env, obs_dim) in ENVS.items():
         ceiling = bare_env(make_env, seconds)
@@ -195,10 +217,10 @@ def main(argv: list[str] | None = None) -> None:
             for runtime, workers in runtimes:
                 if runtime == "threads" and n > 64:
                     continue  # 256 threads measure the GIL, not the design
-                if runtime == "processes" and workers > n:
+                if runtime in ("processes", "ray") and workers > n:
                     continue
                 res = agent_path(make_env, obs_dim, n, runtime, seconds, workers)
-                label = f"agent path, {runtime}" + (f" P={workers}" if runtime == "processes" else "")
+                label = f"agent path, {runtime}" + (f" P={workers}" if runtime in ("processes", "ray") else "")
                 res.update({"env": env_name, "row": label, "n": n, "ratio": res["steps_per_s"] / ref})
                 res["peak_rss_mb"] = peak_rss_mb()
                 res["rss_after_mb"] = rss_mb()
