@@ -28,11 +28,15 @@ setup(
         "plot": ["matplotlib>=3.7"],
         # The Ray runtime (ManagerConfig(runtime="ray")); nothing else imports it.
         "ray": ["ray>=2.9"],
+        # Multi-agent envs through PettingZoo's parallel API (parl.envs.pettingzoo).
+        "pettingzoo": ["pettingzoo>=1.24"],
+        # The documentation site (mkdocs with an API reference from docstrings).
+        "docs": ["mkdocs>=1.5", "mkdocstrings[python]>=0.24"],
         # Peers for the learning benchmark only; the CPU torch 2.13.0 wheel is installed first
         # (`pip install torch==2.13.0`) so that stable-baselines3 does not pull a CUDA build.
         "bench": ["stable-baselines3>=2.3", "matplotlib>=3.7"],
     },
-    entry_points={},
+    entry_points={"console_scripts": ["parl=parl.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
