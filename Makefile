@@ -50,5 +50,17 @@ bench: $(STAMP)
 bench-learning: $(BENCH_STAMP)
 	$(PY) -m benchmarks.learning
 
+# The documentation site (mkdocs.yml): an API reference from the docstrings plus docs/*.md, built
+# strictly, so a broken link or a docstring mkdocstrings cannot read fails the build.
+DOCS_STAMP := $(VENV)/.installed-docs
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+.PHONY: docs
+docs: $(DOCS_STAMP)
+	$(PY) -m mkdocs build --strict --site-dir site
+
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -241,6 +241,13 @@ class AgentHelper:
     def close(self) -> None:
         """Release what the helper holds (threads); called when its agent is closed."""
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this helper between episodes (nothing here; replay helpers keep buffers)."""
+        return {}
+
+    def set_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (called on a fresh helper when a run resumes)."""
+
     # ---------------------------------------------------------- overrides
     def on_transition(self, transition: TrainingBatch) -> None:
         """Called with each completed one-row transition. Override to store it."""
@@ -525,6 +532,21 @@ class ExpReplayHelper(AgentHelper):
             except Exception as exc:  # noqa: BLE001 - handed to the agent at its next store_data
                 self.learner_error = exc
                 return
+
+    def state_dict(self) -> dict[str, Any]:
+        """The replay buffer, the sampling RNG and the learning schedule."""
+        with self._lock:
+            return {
+                "buffer": self.buffer.state_dict(),
+                "rng": self.rng.bit_generator.state,
+                "since_learn": self._since_learn,
+            }
+
+    def set_state_dict(self, state: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.buffer.set_state_dict(state["buffer"])
+            self.rng.bit_generator.state = state["rng"]
+            self._since_learn = int(state["since_learn"])
 
     def close(self) -> None:
         """Stop the learner thread (LearnTrigger.THREAD), waiting at most 2 s."""

@@ -216,6 +216,10 @@ class Manager:
         self.runtime: AgentRuntime | None = None
         self.control: RunControl | None = None
         self.slots: list[AgentSlot] = []
+        self.pending_helper_states: dict[int, dict[str, dict[str, Any]]] = {}
+        """Helper states to load into agents as they are built (set when a run resumes from a checkpoint)."""
+        self.start_counters: tuple[int, int] = (0, 0)
+        """(env steps, episodes) a run starts from: set by a resumed run, so budgets are totals."""
         self._running = False
         self._lock = threading.Lock()
 
@@ -241,6 +245,9 @@ class Manager:
                 helpers[tc.name] = tc.helper(tc.name, comm)
             else:
                 helpers[tc.name] = tc.helper(tc.name, comm, tc.helper_config)
+        for name, state in self.pending_helper_states.pop(agent_id, {}).items():
+            if name in helpers and state:
+                helpers[name].set_state_dict(state)
         on_fault = self.control.record_fault if self.control is not None else None
         env = guard_env(self.make_env, agent_id, self.config.faults, on_fault)
         agent = self.agent_factory(agent_id, env, helpers)
@@ -253,6 +260,13 @@ class Manager:
     def _start_agents(self, runtime: AgentRuntime, control: RunControl) -> None:
         c = self.config
         if isinstance(runtime, ProcessRuntime):
+            if self.pending_helper_states:
+                logger.warning(
+                    "helper states (replay buffers) of a checkpoint are not restored into worker processes; "
+                    "agents of the %s runtime start with empty buffers",
+                    runtime.name,
+                )
+                self.pending_helper_states = {}
             # Workers start before any thread of ours, so a forked worker inherits no lock mid-use.
             spec = RemoteAgentSpec(
                 tasks=[TaskSpecs.of(self.tasks[tc.name], tc.wrapper) for tc in self.task_configs],
@@ -300,6 +314,7 @@ class Manager:
         control = RunControl(
             c.num_agents, c.max_episodes, c.max_steps, c.max_seconds, c.restart_failed_agents, c.max_restarts
         )
+        control.start_from(*self.start_counters)
         self.control = control
         start = time.monotonic()
         try:

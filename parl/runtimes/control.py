@@ -57,6 +57,14 @@ class RunControl:
         self.returns = {i: [] for i in range(self.num_agents)}
         self.lengths = {i: [] for i in range(self.num_agents)}
 
+    def start_from(self, steps: int, episodes: int) -> None:
+        """Continue the counters of an earlier run (a resumed run): budgets count from there."""
+        with self._lock:
+            self.steps = steps
+            self.episodes = episodes
+            self._retired_steps = steps
+            self._reserved_steps = steps
+
     def request_stop(self) -> None:
         """Ask every agent to stop after its current episode (or its current wait)."""
         self._stop.set()

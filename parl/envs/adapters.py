@@ -1,0 +1,205 @@
+"""Env adapters: any gymnasium env (by id, object or factory) as a Manager's ``make_env``, old gym envs included.
+
+``make_env_factory`` turns what a user has into the ``Callable[[int], gymnasium.Env]`` the
+:class:`~parl.Manager` asks for: one env per agent id. Envs written against the gym API before
+0.26 (``reset()`` returning the observation only, ``step`` returning four values) are wrapped in
+:class:`OldGymAPIAdapter`, which speaks the gymnasium API::
+
+    make_env = make_env_factory("CartPole-v1", max_episode_steps=200)   # gymnasium.make per agent
+    make_env = make_env_factory(lambda: MyOldGymEnv())                 # old API: adapted
+    manager = parl.Manager([task], parl.GymAgent, make_env, parl.ManagerConfig(num_agents=8, max_steps=10_000))
+
+How an old-API env is recognised (:func:`is_old_gym_api`), in this order, without stepping it:
+
+1. ``reset`` has a ``return_info`` parameter: old (gym 0.22 to 0.25).
+2. ``reset`` has a parameter named ``seed`` (a bare ``**kwargs`` does not count): gymnasium API.
+3. the env is a ``gymnasium.Env``: gymnasium API.
+4. otherwise (a ``reset`` without ``seed``, not a gymnasium env): old (gym 0.21 and earlier).
+
+``make_env_factory(..., old_api=True)`` (or ``False``) overrides the detection.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["make_env_factory", "OldGymAPIAdapter", "is_old_gym_api", "to_gymnasium_space"]
+
+
+def _reset_parameters(env: Any) -> dict[str, inspect.Parameter] | None:
+    """The parameters of ``env.reset``, or None when its signature cannot be read."""
+    try:
+        return dict(inspect.signature(env.reset).parameters)
+    except (TypeError, ValueError):
+        return None
+
+
+def is_old_gym_api(env: Any) -> bool:
+    """Whether ``env`` uses the gym API before 0.26 (see the module docstring for the rule)."""
+    params = _reset_parameters(env)
+    if params is not None and "return_info" in params:
+        return True
+    if params is not None and "seed" in params:
+        return False
+    return not isinstance(env, gym.Env)
+
+
+def to_gymnasium_space(space: Any) -> gym.spaces.Space[Any]:
+    """``space`` as a gymnasium space: returned as is when it is one, else converted from a gym space.
+
+    Converts gym's Box, Discrete, MultiDiscrete, MultiBinary, Tuple and Dict (by class name and
+    attributes, so gym itself need not be importable); anything else raises TypeError.
+    """
+    if isinstance(space, gym.spaces.Space):
+        return space
+    kind = type(space).__name__
+    if kind == "Box":
+        return gym.spaces.Box(np.asarray(space.low), np.asarray(space.high), dtype=space.dtype)  # type: ignore[arg-type]
+    if kind == "Discrete":
+        return gym.spaces.Discrete(int(space.n), start=int(getattr(space, "start", 0)))
+    if kind == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(np.asarray(space.nvec), dtype=space.dtype)
+    if kind == "MultiBinary":
+        return gym.spaces.MultiBinary(space.n)
+    if kind == "Tuple":
+        return gym.spaces.Tuple([to_gymnasium_space(s) for s in space.spaces])
+    if kind == "Dict":
+        return gym.spaces.Dict({key: to_gymnasium_space(s) for key, s in space.spaces.items()})
+    raise TypeError(
+        f"cannot convert the space {space!r} (class {type(space).__module__}.{kind}) to a gymnasium space: "
+        "only Box, Discrete, MultiDiscrete, MultiBinary, Tuple and Dict are supported"
+    )
+
+
+class OldGymAPIAdapter(gym.Env[Any, Any]):
+    """An env with the gym API before 0.26, seen through the gymnasium API.
+
+    ``reset(seed=..., options=...)`` seeds the env (``env.reset(seed=...)`` when its reset takes a
+    seed, else ``env.seed(seed)``) and returns ``(obs, {})``; ``step`` maps ``(obs, reward, done,
+    info)`` to ``(obs, reward, terminated, truncated, info)`` with
+    ``truncated = info.get("TimeLimit.truncated", False)`` and ``terminated = done and not truncated``.
+    The spaces are converted to gymnasium spaces::
+
+        env = OldGymAPIAdapter(MyOldGymEnv())
+        obs, info = env.reset(seed=0)
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.observation_space = to_gymnasium_space(env.observation_space)
+        self.action_space = to_gymnasium_space(env.action_space)
+        self.metadata = dict(getattr(env, "metadata", None) or {})
+        self.spec = None
+        params = _reset_parameters(env) or {}
+        self._reset_takes_seed = "seed" in params
+        self._reset_takes_options = "options" in params
+        self._reset_takes_return_info = "return_info" in params
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        kwargs: dict[str, Any] = {}
+        if seed is not None:
+            if self._reset_takes_seed:
+                kwargs["seed"] = seed
+            elif callable(getattr(self.env, "seed", None)):
+                self.env.seed(seed)
+            else:
+                raise ValueError(f"the old-API env {self.env!r} cannot be seeded: it has no seed() method")
+        if options is not None:
+            if not self._reset_takes_options:
+                raise ValueError(f"the old-API env {self.env!r} takes no reset options, got {options!r}")
+            kwargs["options"] = options
+        if self._reset_takes_return_info:
+            kwargs["return_info"] = True
+            obs, info = self.env.reset(**kwargs)
+            return obs, dict(info)
+        return self.env.reset(**kwargs), {}
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        result = self.env.step(action)
+        if len(result) == 5:  # a gym 0.25 env created with the new step API
+            obs, reward, terminated, truncated, info = result
+            return obs, reward, bool(terminated), bool(truncated), dict(info)
+        obs, reward, done, info = result
+        info = dict(info)
+        truncated = bool(info.get("TimeLimit.truncated", False))
+        return obs, reward, bool(done) and not truncated, truncated, info
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _is_env_object(env: Any) -> bool:
+    return not isinstance(env, type) and callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))
+
+
+def _adapt(env: Any, old_api: bool | None, source: str) -> gym.Env[Any, Any]:
+    if not _is_env_object(env):
+        raise TypeError(f"{source} gave {type(env).__name__}, not an env (an object with reset() and step())")
+    old = is_old_gym_api(env) if old_api is None else old_api
+    return OldGymAPIAdapter(env) if old else env
+
+
+def make_env_factory(
+    env: str | gym.Env[Any, Any] | Callable[[], Any], *, old_api: bool | None = None, **make_kwargs: Any
+) -> Callable[[int], gym.Env[Any, Any]]:
+    """A Manager's ``make_env`` from a gymnasium id, an env object or a no-argument env factory.
+
+    * an id: ``gymnasium.make(env, **make_kwargs)`` for each agent;
+    * an env object: used by one agent only (the factory raises ValueError for a second agent id,
+      since parallel agents cannot share one env);
+    * a factory (a function or an env class): called once per agent.
+
+    Old-API envs are wrapped in :class:`OldGymAPIAdapter` (detected by :func:`is_old_gym_api`, or
+    forced with ``old_api``). ``make_kwargs`` are only accepted with an id::
+
+        manager = parl.Manager([task], parl.GymAgent, make_env_factory("CartPole-v1"), config)
+    """
+    if make_kwargs and not isinstance(env, str):
+        raise TypeError(
+            f"keyword arguments {sorted(make_kwargs)} are passed to gymnasium.make and need an env id, "
+            f"got {type(env).__name__}"
+        )
+    if isinstance(env, str):
+        env_id = env
+
+        def make_by_id(agent_id: int) -> gym.Env[Any, Any]:
+            return _adapt(gym.make(env_id, **make_kwargs), old_api, f"gymnasium.make({env_id!r})")
+
+        return make_by_id
+    if _is_env_object(env):
+        adapted = _adapt(env, old_api, "the env object")
+        owner: list[int] = []
+
+        def the_one_env(agent_id: int) -> gym.Env[Any, Any]:
+            if not owner:
+                owner.append(agent_id)
+            elif owner[0] != agent_id:
+                raise ValueError(
+                    f"one env object cannot be shared by parallel agents: agent {agent_id} asked for the env "
+                    f"already given to agent {owner[0]}; pass a gymnasium id or a no-argument env factory "
+                    "(e.g. lambda: MyEnv()) to make_env_factory, or run one agent"
+                )
+            return adapted
+
+        return the_one_env
+    if callable(env):
+        factory = env
+
+        def make_by_factory(agent_id: int) -> gym.Env[Any, Any]:
+            return _adapt(factory(), old_api, f"the env factory {factory!r}")
+
+        return make_by_factory
+    raise TypeError(
+        "make_env_factory accepts a gymnasium env id (str), an env object (with reset() and step()) or a "
+        f"no-argument env factory, got {type(env).__name__}: {env!r}"
+    )

@@ -1,0 +1,85 @@
+"""Experiments: named, typed, trainable problems for ``parl train``.
+
+An experiment couples a config dataclass (with a ``train: TrainConfig``
+field) with the function that builds the run from it. Examples register
+theirs; users point the CLI at their own with ``module:attribute``.
+
+Example::
+
+    @dataclass
+    class MyConfig:
+        train: TrainConfig = field(default_factory=TrainConfig)
+        lr: float = 1e-3
+
+    MY_EXPERIMENT = Experiment("my_problem", MyConfig, build=build_manager,
+                               make_eval_env=lambda config: (lambda: gym.make("CartPole-v1")))
+
+    # parl train my_package.my_module:MY_EXPERIMENT --set lr=3e-4 --set train.max_steps=50000
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from parl.framework.manager import Manager
+
+__all__ = ["Experiment", "EXPERIMENTS", "resolve_experiment"]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A trainable problem: its config type and how to build the run; see the module doc."""
+
+    name: str
+    config_class: type
+    """A dataclass with a ``train`` field of type :class:`parl.training.trainer.TrainConfig`."""
+    build: Callable[[Any], Manager]
+    """Builds the Manager (tasks, agents, envs) from a config."""
+    make_eval_env: Callable[[Any], Callable[[], Any]]
+    """Given a config, a no-argument factory of evaluation envs."""
+    eval_task: str = "RL"
+    """The task whose greedy policy is evaluated."""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not dataclasses.is_dataclass(self.config_class):
+            raise TypeError(f"experiment {self.name!r}: config_class must be a dataclass")
+        if "train" not in {f.name for f in dataclasses.fields(self.config_class)}:
+            raise TypeError(
+                f"experiment {self.name!r}: {self.config_class.__name__} needs a 'train: TrainConfig' field"
+            )
+
+    def default_config(self) -> Any:
+        return self.config_class()
+
+
+EXPERIMENTS: dict[str, str] = {
+    "cartpole_ppo": "examples.cartpole_a2c.experiment:PPO_EXPERIMENT",
+    "cartpole_a2c": "examples.cartpole_a2c.experiment:A2C_EXPERIMENT",
+}
+"""Experiments known by name (the examples of a source checkout)."""
+
+
+def resolve_experiment(spec: str) -> Experiment:
+    """An experiment from a registered name or from ``"package.module:ATTRIBUTE"``."""
+    target = EXPERIMENTS.get(spec, spec)
+    if ":" not in target:
+        raise ValueError(
+            f"unknown experiment {spec!r}: expected one of {sorted(EXPERIMENTS)} or 'package.module:ATTRIBUTE'"
+        )
+    module_name, attr = target.split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = (
+            " (the named examples live in a source checkout of parl: run from its root)" if spec in EXPERIMENTS else ""
+        )
+        raise ValueError(f"experiment {spec!r}: cannot import {module_name!r}: {exc}{hint}") from exc
+    experiment = getattr(module, attr, None)
+    if not isinstance(experiment, Experiment):
+        raise ValueError(f"experiment {spec!r}: {target!r} is not a parl Experiment")
+    return experiment

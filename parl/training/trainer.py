@@ -1,0 +1,310 @@
+"""Trainer: a Manager run with logs, progress, periodic evaluation, best model and resumable checkpoints.
+
+Everything a long run needs around ``Manager.run``, in one place::
+
+    manager = build_manager(...)                       # tasks, agents, envs, ManagerConfig
+    trainer = Trainer(manager, TrainConfig(run_dir="runs/cartpole", max_steps=200_000,
+                                           eval_every=10_000, stop_value=475.0),
+                      make_eval_env=lambda: gym.make("CartPole-v1"), full_config=config)
+    summary = trainer.run()                            # or trainer.run(resume=True) after a stop
+    summary.solved, summary.best_eval, summary.counters.env_steps
+
+What ends up in ``run_dir``:
+
+- ``config.json``: the resolved config of the run (``full_config`` or the TrainConfig);
+- ``metrics.csv`` and ``events.out.tfevents.*``: the same scalars, grouped as ``train/``,
+  ``eval/``, ``losses/``, ``time/``, ``faults/`` and ``agents/`` (see :meth:`Trainer.scalars`);
+- ``checkpoints/step_*``: complete checkpoints (tasks with optimizers, replay buffers, counters,
+  RNG states, config), the last ``keep_checkpoints`` of them, and ``checkpoints/latest``;
+- ``best/``: the task parameters of the best evaluation so far, with ``best.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from parl.framework.manager import Manager, RunReport
+from parl.runtimes.control import RunControl
+from parl.training.checkpoint import CheckpointError, RunCheckpointer, RunCounters
+from parl.training.metrics_log import MetricLogger
+from parl.training.overrides import save_config
+from parl.training.progress import ProgressBar
+from parl.utils.atomic import atomic_write
+from parl.utils.evaluation import evaluate_greedy
+
+__all__ = ["TrainConfig", "Trainer", "TrainSummary"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    """How a training run is driven, logged, evaluated and checkpointed (not what it learns)."""
+
+    run_dir: str = "runs/run"
+    """Directory of the run: config, metrics, checkpoints, best model."""
+    max_steps: int = 100_000
+    """Env steps of the whole run (a resumed run continues up to the same total)."""
+    max_seconds: float | None = None
+    """Wall-time limit of this segment of the run (None: none)."""
+    eval_every: int = 10_000
+    """Env steps between greedy evaluations (0: never evaluate)."""
+    eval_episodes: int = 10
+    """Episodes of each evaluation, run side by side in separate envs."""
+    confirm_episodes: int = 20
+    """Episodes of the confirming evaluation when an evaluation reaches ``stop_value``."""
+    stop_value: float | None = None
+    """Stop when a confirmed evaluation reaches this mean return (None: run the whole budget)."""
+    checkpoint_every: int = 20_000
+    """Env steps between checkpoints (0: only the final one)."""
+    keep_checkpoints: int = 3
+    """Complete checkpoints kept on disk."""
+    log_every_s: float = 2.0
+    """Seconds between rows of training scalars."""
+    progress: bool | None = None
+    """Show a progress bar (None: only when stderr is a terminal)."""
+    tensorboard: bool = True
+    """Write TensorBoard event files next to metrics.csv."""
+    per_agent_limit: int = 64
+    """Log ``agents/<id>/return`` only for runs with at most this many agents."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "eval_episodes", "confirm_episodes", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("eval_every", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not self.log_every_s > 0:
+            raise ValueError(f"TrainConfig.log_every_s must be > 0, got {self.log_every_s}")
+
+
+@dataclass
+class TrainSummary:
+    """What a :meth:`Trainer.run` did."""
+
+    run_dir: Path
+    counters: RunCounters
+    report: RunReport
+    solved: bool
+    best_eval: float
+    last_checkpoint: Path | None
+    history: list[tuple[int, float]] = field(default_factory=list)
+
+
+class Trainer:
+    """Drives one Manager run with logging, progress, evaluation and checkpoints; see the module doc."""
+
+    def __init__(
+        self,
+        manager: Manager,
+        config: TrainConfig,
+        make_eval_env: Callable[[], Any] | None = None,
+        eval_task: str | None = None,
+        full_config: Any = None,
+    ) -> None:
+        if config.eval_every and make_eval_env is None:
+            raise ValueError("TrainConfig.eval_every > 0 needs make_eval_env (or set eval_every=0)")
+        self.manager = manager
+        self.config = config
+        self.make_eval_env = make_eval_env
+        self.eval_task = eval_task if eval_task is not None else next(iter(manager.tasks))
+        if self.eval_task not in manager.tasks:
+            raise ValueError(f"eval_task {self.eval_task!r} is not one of the tasks {list(manager.tasks)}")
+        self.full_config = full_config if full_config is not None else config
+        self.run_dir = Path(config.run_dir)
+        self.checkpointer = RunCheckpointer(self.run_dir, keep=config.keep_checkpoints)
+        self.counters = RunCounters()
+        self._base = RunCounters()
+        self._solved = False
+        self._next_eval = 0
+        self._next_ckpt = 0
+        self._last_log = 0.0
+        self._last_log_steps = 0
+        self._seen_returns: dict[int, int] = {}
+        self._recent_return = float("nan")
+        self._segment_start = 0.0
+        self._metrics: MetricLogger | None = None
+        self._progress: ProgressBar | None = None
+        self.last_checkpoint: Path | None = None
+
+    # ------------------------------------------------------------------ run
+    def run(self, resume: bool = False) -> TrainSummary:
+        """Train until the step budget, the time limit or the stop value; always write a final checkpoint.
+
+        ``resume=True`` continues from the run directory's latest checkpoint: tasks, optimizers,
+        replay buffers, counters and RNG states are restored, and the step budget counts on from there.
+        """
+        c = self.config
+        if resume:
+            latest = self.checkpointer.latest()
+            if latest is None:
+                raise CheckpointError(f"nothing to resume in {str(self.run_dir)!r}: it has no complete checkpoint")
+            self._base = self.checkpointer.restore(latest, self.manager)
+            self._base.segments += 1
+            logger.info("resuming %s at %d env steps", latest, self._base.env_steps)
+        elif self.checkpointer.latest() is not None:
+            raise ValueError(
+                f"{str(self.run_dir)!r} already holds checkpoints of a run: resume it (resume=True, "
+                "`parl train --resume`) or choose a new run_dir"
+            )
+        self.counters = copy.deepcopy(self._base)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(self.run_dir / "config.json", self.full_config)
+        self.manager.config.max_steps = c.max_steps
+        self.manager.config.max_seconds = c.max_seconds
+        start_steps = self._base.env_steps
+        self._next_eval = (start_steps // c.eval_every + 1) * c.eval_every if c.eval_every else math.inf  # type: ignore[assignment]
+        self._next_ckpt = (
+            (start_steps // c.checkpoint_every + 1) * c.checkpoint_every if c.checkpoint_every else math.inf  # type: ignore[assignment]
+        )
+        self._last_log_steps = start_steps
+        self._segment_start = self._last_log = time.monotonic()
+        self._metrics = MetricLogger(self.run_dir, tensorboard=c.tensorboard)
+        self._progress = ProgressBar(c.max_steps, enabled=c.progress, initial_steps=start_steps)
+        try:
+            report = self.manager.run(stop_when=self._tick)
+            control = self.manager.control
+            assert control is not None
+            self._update_counters(control)
+            evaluated = self.counters.evaluations and self.counters.evaluations[-1][0] == control.env_steps
+            if c.eval_every and not self._solved and not evaluated:
+                self._evaluate(control.env_steps)  # the final policy is always scored
+            self._log(control, final=True)
+            self.last_checkpoint = self.checkpointer.save(self.manager, self.counters, self.full_config)
+        finally:
+            self._progress.close()
+            self._metrics.close()
+        return TrainSummary(
+            self.run_dir,
+            self.counters,
+            report,
+            self._solved,
+            self.counters.best_eval,
+            self.last_checkpoint,
+            list(self.counters.evaluations),
+        )
+
+    # ------------------------------------------------------------------ the loop
+    def _tick(self, control: RunControl) -> bool:
+        """Called by ``Manager.run`` every poll: log, evaluate, checkpoint; True to stop."""
+        now = time.monotonic()
+        steps = control.env_steps
+        if now - self._last_log >= self.config.log_every_s:
+            self._log(control)
+        assert self._progress is not None
+        self._progress.update(steps, None if math.isnan(self._recent_return) else self._recent_return)
+        if steps >= self._next_ckpt:
+            self._next_ckpt = (steps // self.config.checkpoint_every + 1) * self.config.checkpoint_every
+            self._update_counters(control)
+            self.last_checkpoint = self.checkpointer.save(self.manager, self.counters, self.full_config)
+        if steps >= self._next_eval:
+            self._next_eval = (steps // self.config.eval_every + 1) * self.config.eval_every
+            if self._evaluate(steps):
+                return True
+        return False
+
+    def _update_counters(self, control: RunControl) -> None:
+        b = self._base
+        self.counters.env_steps = control.env_steps
+        self.counters.episodes = control.episodes
+        self.counters.seconds = b.seconds + time.monotonic() - self._segment_start
+        for name, w in self.manager.wrappers.items():
+            self.counters.learn_calls[name] = b.learn_calls.get(name, 0) + w.training_stats.calls
+            self.counters.learn_samples[name] = b.learn_samples.get(name, 0) + w.training_stats.samples
+
+    def _evaluate(self, steps: int) -> bool:
+        """One greedy evaluation; saves the best model; True when the stop value is confirmed."""
+        c = self.config
+        assert self.make_eval_env is not None and self._metrics is not None
+        task = self.manager.tasks[self.eval_task]
+        t0 = time.monotonic()
+        returns = evaluate_greedy(task, self.make_eval_env, c.eval_episodes, seed=10_000 + steps)
+        score = float(np.mean(returns))
+        confirmed = False
+        if c.stop_value is not None and score >= c.stop_value:
+            returns = evaluate_greedy(task, self.make_eval_env, c.confirm_episodes, seed=20_000 + steps)
+            score = float(np.mean(returns))
+            confirmed = score >= c.stop_value
+        self.counters.evaluations.append((steps, score))
+        scalars = {
+            "eval/mean_return": score,
+            "eval/std_return": float(np.std(returns)),
+            "eval/episodes": float(len(returns)),
+            "time/eval_s": time.monotonic() - t0,
+        }
+        if score > self.counters.best_eval:
+            self.counters.best_eval = score
+            self._save_best(steps, score)
+        scalars["eval/best_return"] = self.counters.best_eval
+        self._metrics.log(steps, scalars)
+        logger.info("eval at %d steps: mean return %.1f (best %.1f)", steps, score, self.counters.best_eval)
+        if confirmed:
+            self._solved = True
+        return confirmed
+
+    def _save_best(self, steps: int, score: float) -> None:
+        best = self.run_dir / "best"
+        best.mkdir(parents=True, exist_ok=True)
+        for name, task in self.manager.tasks.items():
+            task.save(best / f"task_{name}.pdckpt")
+        text = json.dumps({"env_steps": steps, "mean_return": score}) + "\n"
+
+        def write(path: str) -> None:
+            Path(path).write_text(text)
+
+        atomic_write(best / "best.json", write)
+
+    # ------------------------------------------------------------------ logging
+    def scalars(self, control: RunControl, elapsed_s: float, window_steps: int) -> dict[str, float]:
+        """The training scalars of one log row (names grouped as train/, losses/, time/, faults/, agents/)."""
+        out: dict[str, float] = {
+            "train/env_steps": float(control.env_steps),
+            "train/episodes": float(control.episodes),
+            "time/elapsed_s": self.counters.seconds,
+            "time/steps_per_s": window_steps / elapsed_s if elapsed_s > 0 else 0.0,
+        }
+        new_returns: list[float] = []
+        per_agent = len(control.returns) <= self.config.per_agent_limit
+        for agent_id, rs in control.returns.items():
+            seen = self._seen_returns.get(agent_id, 0)
+            if len(rs) > seen:
+                new_returns.extend(rs[seen:])
+                self._seen_returns[agent_id] = len(rs)
+                if per_agent:
+                    out[f"agents/{agent_id}/return"] = float(rs[-1])
+        if new_returns:
+            self._recent_return = float(np.mean(new_returns))
+            out["train/return_mean"] = self._recent_return
+            out["train/return_sum"] = float(np.sum(new_returns))
+            out["train/episodes_in_window"] = float(len(new_returns))
+        for name, w in self.manager.wrappers.items():
+            out[f"train/{name}/predict_batch"] = w.prediction_stats.mean_batch
+            out[f"train/{name}/learn_batch"] = w.training_stats.mean_batch
+            out[f"train/{name}/learn_calls"] = float(self.counters.learn_calls.get(name, 0))
+            for key, value in dict(w.last_metrics).items():
+                out[f"losses/{name}/{key}"] = float(value)
+        for key, value in control.faults.as_dict().items():
+            out[f"faults/{key}"] = float(value)
+        return out
+
+    def _log(self, control: RunControl, final: bool = False) -> None:
+        assert self._metrics is not None
+        now = time.monotonic()
+        self._update_counters(control)
+        steps = control.env_steps
+        row = self.scalars(control, now - self._last_log, steps - self._last_log_steps)
+        self._metrics.log(steps, row)
+        self._last_log, self._last_log_steps = now, steps
+        if final:
+            self._metrics.flush()

@@ -1,0 +1,88 @@
+"""The parl command: train, resume, eval, plot, list, and clear errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parl.cli import main
+from parl.training.overrides import load_config
+
+pytestmark = pytest.mark.timeout(180)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = [
+    "--set", "manager.num_agents=4", "--set", "sample_interval=8", "--set", "train.eval_every=400",
+    "--set", "train.eval_episodes=2", "--set", "train.checkpoint_every=400", "--set", "train.log_every_s=0.05",
+]  # fmt: skip
+
+
+def test_train_resume_eval_and_plot_a_run(tmp_path, capsys) -> None:
+    run = tmp_path / "run"
+    code = main(
+        ["train", "cartpole_ppo", "--run-dir", str(run), "--no-progress", "--set", "train.max_steps=800", *TINY]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "cartpole_ppo: 800 env steps" in out and "last checkpoint" in out
+    saved = load_config(run / "config.json")
+    assert saved["experiment"] == "cartpole_ppo"
+    assert saved["config"]["manager"]["num_agents"] == 4 and saved["config"]["train"]["max_steps"] == 800
+
+    # resume from the run directory with a larger budget: counters continue
+    assert main(["train", str(run), "--resume", "--no-progress", "--set", "train.max_steps=1200"]) == 0
+    out = capsys.readouterr().out
+    assert "1200 env steps" in out and "(segment 2)" in out
+
+    assert main(["eval", str(run), "--episodes", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "mean greedy return" in out and "over 3 episodes" in out and str(run / "best") in out
+    ckpts = sorted((run / "checkpoints").glob("step_*"))
+    assert main(["eval", str(ckpts[-1]), "--episodes", "2"]) == 0
+    assert str(ckpts[-1]) in capsys.readouterr().out
+
+    assert main(["plot", str(run)]) == 0
+    png = run / "learning_curves.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_config_file_starts_a_new_run_with_the_same_settings(tmp_path, capsys) -> None:
+    first = tmp_path / "a"
+    assert main(["train", "cartpole_a2c", "--run-dir", str(first), "--no-progress", "--set", "train.max_steps=300",
+                 "--set", "train.eval_every=0", *TINY[2:]]) == 0  # fmt: skip
+    second = tmp_path / "b"
+    assert main(["train", str(first / "config.json"), "--run-dir", str(second), "--no-progress"]) == 0
+    a, b = load_config(first / "config.json"), load_config(second / "config.json")
+    assert a["config"]["algorithm"] == b["config"]["algorithm"] == "a2c"
+    assert b["config"]["train"]["run_dir"] == str(second)
+    assert "300 env steps" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", "no_such_problem"], "unknown experiment 'no_such_problem'"),
+        (["train", "cartpole_ppo", "--set", "ppo.lrr=1"], "PPOConfig has no field 'lrr'"),
+        (["train", "cartpole_ppo", "--set", "train.max_steps=many"], "expected an int"),
+        (["eval", "/nonexistent/run"], "neither a run directory nor a checkpoint"),
+        (["plot", "/nonexistent/run"], "has no metrics.csv"),
+    ],
+)
+def test_mistakes_get_one_clear_line_and_exit_code_2(argv: list[str], message: str, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_list_and_python_dash_m(capsys) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "cartpole_ppo" in out and "cartpole_a2c" in out
+    done = subprocess.run(
+        [sys.executable, "-m", "parl", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "train" in done.stdout and "eval" in done.stdout and "plot" in done.stdout

@@ -1,0 +1,333 @@
+"""parl.envs.adapters: make_env_factory, OldGymAPIAdapter, is_old_gym_api, gym space conversion."""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import parl
+from examples.cartpole_a2c.model import CartPoleActorCritic
+from parl.algorithms.ppo import PPO, PPOConfig
+from parl.envs.adapters import OldGymAPIAdapter, is_old_gym_api, make_env_factory, to_gymnasium_space
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "envs.md"
+
+
+# ------------------------------------------------- fake gym (pre-0.26) spaces, named as gym names them
+class Box:
+    def __init__(self, low: Any, high: Any, shape: tuple[int, ...], dtype: Any = np.float32) -> None:
+        self.low = np.full(shape, low, dtype)
+        self.high = np.full(shape, high, dtype)
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
+
+
+class Discrete:
+    def __init__(self, n: int) -> None:  # gym 0.21 had no ``start``
+        self.n = n
+
+
+class MultiDiscrete:
+    def __init__(self, nvec: list[int]) -> None:
+        self.nvec = np.asarray(nvec, np.int64)
+        self.dtype = np.dtype(np.int64)
+
+
+class MultiBinary:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+class Tuple:
+    def __init__(self, spaces: list[Any]) -> None:
+        self.spaces = tuple(spaces)
+
+
+class Dict:
+    def __init__(self, spaces: dict[str, Any]) -> None:
+        self.spaces = OrderedDict(spaces)
+
+
+class Graph:
+    pass
+
+
+# ------------------------------------------------- fake old-API envs
+class OldCounterEnv:
+    """gym 0.21: ``reset()`` returns obs, ``seed()`` seeds, ``step`` returns 4 values.
+
+    Observation ``[start, t, 0, 0]``; reward ``action + 1``; done after ``length`` steps, marked as a
+    time-limit truncation when ``time_limit`` is set.
+    """
+
+    metadata = {"render.modes": ["ansi"]}
+
+    def __init__(self, length: int = 3, time_limit: bool = False) -> None:
+        self.length = length
+        self.time_limit = time_limit
+        self.observation_space = Box(-100.0, 100.0, (4,))
+        self.action_space = Discrete(2)
+        self.start = 0.0
+        self.t = 0
+        self.seeds: list[int | None] = []
+        self.closed = False
+
+    def seed(self, seed: int | None = None) -> list[int | None]:
+        self.seeds.append(seed)
+        self.start = float(np.random.default_rng(seed).integers(0, 50))
+        return [seed]
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.start, self.t, 0, 0], np.float32)
+
+    def reset(self) -> np.ndarray:
+        self.t = 0
+        return self._obs()
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, dict[str, Any]]:
+        self.t += 1
+        done = self.t >= self.length
+        info: dict[str, Any] = {"t": self.t}
+        if done and self.time_limit:
+            info["TimeLimit.truncated"] = True
+        return self._obs(), float(action) + 1.0, done, info
+
+    def render(self) -> str:
+        return "ansi frame"
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class OldReturnInfoEnv(OldCounterEnv):
+    """gym 0.22-0.25: ``reset(seed=None, return_info=False, options=None)``."""
+
+    def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, return_info: bool = False, options: dict[str, Any] | None = None
+    ) -> Any:
+        if seed is not None:
+            self.seed(seed)
+        self.t = 0
+        self.last_options = options
+        return (self._obs(), {"reset": True}) if return_info else self._obs()
+
+
+class OldUnseedableEnv(OldCounterEnv):
+    seed = None  # type: ignore[assignment]
+
+
+class KwargsGymnasiumEnv(gym.Env[np.ndarray, int]):
+    """A gymnasium env whose reset takes only ``**kwargs``: still the gymnasium API."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:  # type: ignore[override]
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        return np.zeros(1, np.float32), 0.0, True, False, {}
+
+
+class DuckNewEnv:
+    """Not a gymnasium.Env, but its reset takes a seed: the gymnasium API."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        return 0, {}
+
+    def step(self, action: int) -> tuple[int, float, bool, bool, dict[str, Any]]:
+        return 0, 0.0, True, False, {}
+
+
+# ------------------------------------------------- detection
+@pytest.mark.parametrize(
+    ("make", "old"),
+    [
+        (OldCounterEnv, True),
+        (OldReturnInfoEnv, True),
+        (lambda: gym.make("CartPole-v1"), False),
+        (KwargsGymnasiumEnv, False),
+        (DuckNewEnv, False),
+    ],
+    ids=["gym021", "gym022_025_return_info", "gymnasium_make", "gymnasium_kwargs_reset", "duck_typed_new"],
+)
+def test_is_old_gym_api(make: Any, old: bool) -> None:
+    assert is_old_gym_api(make()) is old
+
+
+# ------------------------------------------------- the adapter
+def test_adapter_maps_reset_and_step_to_the_gymnasium_api() -> None:
+    env = OldGymAPIAdapter(OldCounterEnv(length=2))
+    obs, info = env.reset()
+    np.testing.assert_array_equal(obs, [0, 0, 0, 0])
+    assert info == {}
+    obs, reward, terminated, truncated, info = env.step(1)
+    assert (reward, terminated, truncated, info) == (2.0, False, False, {"t": 1})
+    obs, reward, terminated, truncated, info = env.step(0)
+    assert (reward, terminated, truncated) == (1.0, True, False)  # done without a time limit: terminated
+    assert env.render() == "ansi frame" and env.metadata == {"render.modes": ["ansi"]}
+    env.close()
+    assert env.env.closed
+
+
+def test_adapter_reports_a_time_limit_as_truncation() -> None:
+    env = OldGymAPIAdapter(OldCounterEnv(length=2, time_limit=True))
+    env.reset()
+    assert env.step(0)[2:4] == (False, False)
+    _, _, terminated, truncated, info = env.step(0)
+    assert (terminated, truncated) == (False, True) and info["TimeLimit.truncated"]
+
+
+def test_adapter_seeds_through_seed_method_or_reset() -> None:
+    old = OldCounterEnv()
+    env = OldGymAPIAdapter(old)
+    first, _ = env.reset(seed=5)
+    again, _ = env.reset(seed=5)
+    np.testing.assert_array_equal(first, again)
+    assert old.seeds == [5, 5]
+    env.reset()  # no seed: seed() is not called
+    assert old.seeds == [5, 5]
+
+    info_env = OldReturnInfoEnv()
+    adapted = OldGymAPIAdapter(info_env)
+    obs, info = adapted.reset(seed=9, options={"x": 1})
+    assert info == {"reset": True} and info_env.seeds == [9] and info_env.last_options == {"x": 1}
+    assert obs[0] == float(np.random.default_rng(9).integers(0, 50))
+
+
+def test_adapter_refuses_what_the_old_env_cannot_do() -> None:
+    with pytest.raises(ValueError, match="no seed\\(\\) method"):
+        OldGymAPIAdapter(OldUnseedableEnv()).reset(seed=1)
+    with pytest.raises(ValueError, match="takes no reset options"):
+        OldGymAPIAdapter(OldCounterEnv()).reset(options={"a": 1})
+
+
+def test_gym_spaces_become_gymnasium_spaces() -> None:
+    space = to_gymnasium_space(
+        Dict(
+            {
+                "box": Box(-1.0, 2.0, (3,)),
+                "parts": Tuple([Discrete(4), MultiDiscrete([2, 3]), MultiBinary(5)]),
+            }
+        )
+    )
+    assert isinstance(space, gym.spaces.Dict)
+    box = space["box"]
+    assert isinstance(box, gym.spaces.Box) and box.shape == (3,) and box.dtype == np.float32
+    np.testing.assert_array_equal(box.low, -1.0)
+    np.testing.assert_array_equal(box.high, 2.0)
+    parts = space["parts"]
+    assert isinstance(parts, gym.spaces.Tuple)
+    assert parts[0] == gym.spaces.Discrete(4)
+    assert parts[1] == gym.spaces.MultiDiscrete([2, 3])
+    assert parts[2] == gym.spaces.MultiBinary(5)
+    native = gym.spaces.Discrete(3)
+    assert to_gymnasium_space(native) is native
+    with pytest.raises(TypeError, match="Graph"):
+        to_gymnasium_space(Graph())
+
+
+def test_adapter_converts_the_env_spaces() -> None:
+    env = OldGymAPIAdapter(OldCounterEnv())
+    assert env.observation_space == gym.spaces.Box(-100.0, 100.0, (4,), np.float32)
+    assert env.action_space == gym.spaces.Discrete(2)
+    assert env.action_space.contains(1)
+
+
+# ------------------------------------------------- make_env_factory
+def test_factory_from_an_id_makes_one_env_per_agent_with_make_kwargs() -> None:
+    make_env = make_env_factory("CartPole-v1", max_episode_steps=7)
+    a, b = make_env(0), make_env(1)
+    assert a is not b and not isinstance(a, OldGymAPIAdapter)
+    a.reset(seed=0)
+    steps = 0
+    while True:
+        steps += 1
+        _, _, terminated, truncated, _ = a.step(steps % 2)  # alternate: the pole stays up for 7 steps
+        if terminated or truncated:
+            break
+    assert steps == 7 and truncated
+
+
+def test_factory_from_an_object_serves_one_agent_only() -> None:
+    env = gym.make("CartPole-v1")
+    make_env = make_env_factory(env)
+    assert make_env(3) is env and make_env(3) is env
+    with pytest.raises(ValueError, match="agent 4 asked for the env already given to agent 3.*factory"):
+        make_env(4)
+
+
+def test_factory_from_a_callable_or_class_wraps_old_envs() -> None:
+    calls: list[int] = []
+
+    def build() -> OldCounterEnv:
+        calls.append(1)
+        return OldCounterEnv()
+
+    make_env = make_env_factory(build)
+    a, b = make_env(0), make_env(1)
+    assert len(calls) == 2 and isinstance(a, OldGymAPIAdapter) and a is not b
+    assert isinstance(make_env_factory(OldCounterEnv)(0), OldGymAPIAdapter)  # an env class is a factory
+    assert isinstance(make_env_factory(OldCounterEnv())(0), OldGymAPIAdapter)  # and so is an old env object
+    assert not isinstance(make_env_factory(KwargsGymnasiumEnv)(0), OldGymAPIAdapter)
+
+
+def test_old_api_flag_overrides_detection() -> None:
+    class OldWithSeedArg(OldCounterEnv):
+        def reset(self, seed: int | None = None) -> np.ndarray:  # type: ignore[override]
+            self.seeds.append(seed)
+            return super().reset()
+
+    assert not is_old_gym_api(OldWithSeedArg())
+    forced = make_env_factory(OldWithSeedArg, old_api=True)(0)
+    assert isinstance(forced, OldGymAPIAdapter)
+    obs, info = forced.reset(seed=4)  # the reset's own seed parameter is used
+    assert info == {} and forced.env.seeds == [4]  # type: ignore[attr-defined]
+    assert not isinstance(make_env_factory(OldCounterEnv, old_api=False)(0), OldGymAPIAdapter)
+
+
+def test_factory_refuses_what_it_cannot_use() -> None:
+    with pytest.raises(TypeError, match="gymnasium env id .* env object .* no-argument env factory, got int"):
+        make_env_factory(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="passed to gymnasium.make and need an env id"):
+        make_env_factory(OldCounterEnv, max_episode_steps=3)
+    with pytest.raises(TypeError, match="not an env"):
+        make_env_factory(lambda: "CartPole-v1")(0)
+
+
+@pytest.mark.timeout(60)
+def test_manager_trains_on_an_old_api_env() -> None:
+    task = parl.TaskConfig(
+        "RL",
+        PPO(lambda: CartPoleActorCritic(), PPOConfig(minibatch_size=32, epochs=2)),
+        parl.OnPolicyHelper,
+        parl.OnPolicyConfig(sample_interval=4),
+    )
+    make_env = make_env_factory(lambda: OldCounterEnv(length=5, time_limit=True))
+    report = parl.Manager([task], parl.GymAgent, make_env, parl.ManagerConfig(num_agents=2, max_episodes=8)).run()
+    assert report.episodes >= 8 and report.failures == []
+    assert set(sum(report.lengths.values(), [])) == {5}
+    assert all(5.0 <= r <= 10.0 for r in report.all_returns)  # reward action + 1 over 5 steps
+    assert report.training_stats["RL"].samples > 0
+
+
+# ------------------------------------------------- docs/envs.md
+def _doc_blocks() -> list[str]:
+    text = DOC.read_text(encoding="utf-8")
+    return [m.group(1) for m in re.finditer(r"^```python\n(.*?)^```", text, re.DOTALL | re.MULTILINE)]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("index", range(len([b for b in _doc_blocks() if "pettingzoo" not in b.lower()])))
+def test_gym_examples_of_the_docs_run(index: int) -> None:
+    code = [b for b in _doc_blocks() if "pettingzoo" not in b.lower()][index]
+    exec(compile(code, str(DOC), "exec"), {"__name__": "__doc_example__"})
