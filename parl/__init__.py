@@ -54,6 +54,8 @@ from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.layers.layer_func import LayerFunc, ParamSyncError
 from parl.runtimes.faults import FaultConfig, FaultStats
 from parl.training.evaluation_stopper import EvalStopper
+from parl.training.experiment import Experiment
+from parl.training.trainer import TrainConfig, Trainer, TrainSummary
 from parl.utils.evaluation import evaluate_greedy
 
 __version__ = "0.1.0"
@@ -64,6 +66,10 @@ __all__ = [
     "DDPG",
     "DDPGConfig",
     "EvalStopper",
+    "Experiment",
+    "TrainConfig",
+    "Trainer",
+    "TrainSummary",
     "EnvFault",
     "EnvFaultLimitError",
     "FaultConfig",

@@ -19,6 +19,7 @@ from pettingzoo.test import parallel_api_test  # noqa: E402
 from test_agent_group_fakes import NUM_ACTIONS, EchoAlgorithm, expected_action  # noqa: E402
 
 import parl  # noqa: E402
+from examples.cartpole_dqn.model import CartPoleQModel  # noqa: E402
 from examples.pettingzoo_line_targets.env import LineTargetsEnv  # noqa: E402
 from examples.pettingzoo_line_targets.train import build_manager, early_and_late_return  # noqa: E402
 from parl.data.specs import FieldSpec  # noqa: E402
@@ -324,6 +325,33 @@ def test_example_smoke_run(runtime: str) -> None:
             assert isinstance(agent, ParallelEnvAgent)
             assert sorted(agent.agent_helpers) == [f"walker_{i}" for i in range(num_walkers)]
             assert all(h.learn_calls > 0 for h in agent.agent_helpers.values())
+
+
+@pytest.mark.timeout(60)
+def test_dqn_with_a_replay_buffer_per_pettingzoo_agent() -> None:
+    task = parl.TaskConfig(
+        "RL",
+        parl.DQN(lambda: CartPoleQModel(hidden=16, num_actions=3, obs_dim=2), parl.DQNConfig()),
+        parl.ExpReplayHelper,
+        parl.ExpReplayConfig(capacity=1000, batch_size=16, learning_starts=32, learn_every=8),
+    )
+    manager = parl.Manager(
+        [task],
+        ParallelEnvAgent,
+        lambda i: LineTargetsEnv(num_walkers=3),
+        parl.ManagerConfig(num_agents=2, max_steps=200),
+    )
+    report = manager.run()
+    assert report.failures == [] and report.training_stats["RL"].requests > 0
+    for slot in manager.slots:
+        agent = slot.agent
+        assert isinstance(agent, ParallelEnvAgent)
+        helpers = [agent.agent_helpers[f"walker_{i}"] for i in range(3)]
+        assert all(isinstance(h, parl.ExpReplayHelper) for h in helpers)
+        buffers = [h.buffer for h in helpers]  # type: ignore[attr-defined]
+        assert len({id(b) for b in buffers}) == 3 and all(len(b) > 0 for b in buffers)
+        # Every env step stored a row for each live walker (the last step of a cut episode stays pending).
+        assert sum(len(b) for b in buffers) >= agent.total_steps - len(buffers)
 
 
 @pytest.mark.slow
