@@ -12,9 +12,9 @@ $(STAMP): setup.py pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,plot]"
 	touch $(STAMP)
 
-# The tests also cover the Ray runtime, so they install the optional Ray extra.
+# The tests also cover the Ray runtime and PettingZoo envs, so they install those optional extras.
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[test,plot,ray]"
+	$(PY) -m pip install --quiet -e ".[test,plot,ray,pettingzoo]"
 	touch $(TEST_STAMP)
 
 demo: $(STAMP)

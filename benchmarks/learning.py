@@ -627,6 +627,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick-steps", type=int, default=QUICK_STEPS, help="step budget with --quick")
     parser.add_argument("--write", action="store_true", help="write results even with --quick")
     parser.add_argument("--no-write", action="store_true", help="never write results")
+    parser.add_argument(
+        "--merge", action="store_true", help="replace only the problems run here in an existing results/learning.json"
+    )
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads of SB3 runs (0: torch default)")
     parser.add_argument("--note", action="append", default=[], help="a note for the report (repeatable)")
     parser.add_argument("--parl-on-policy", help=argparse.SUPPRESS)  # JSON merged into PARL_ON_POLICY (tuning)
@@ -718,8 +721,20 @@ def main(argv: list[str] | None = None) -> None:
         if runs["parl"] and runs["sb3"]:
             entry["ratio"], entry["status"] = verdict(problem, entry["parl"]["summary"], entry["sb3"]["summary"])
         results["problems"][name] = entry
+        if args.merge:
+            results["problems"] = _merged(results["problems"])
         # Write after every problem, so a long run that is cut short still leaves its finished rows.
         _write(results, started, final=name == names[-1], enabled=not args.no_write and (not args.quick or args.write))
+
+
+def _merged(new: dict[str, Any]) -> dict[str, Any]:
+    """The problems of the saved results, with those in ``new`` replaced (in the order of PROBLEMS)."""
+    from benchmarks.common import RESULTS
+
+    path = RESULTS / "learning.json"
+    saved = json.loads(path.read_text())["problems"] if path.exists() else {}
+    combined = {**saved, **new}
+    return {name: combined[name] for name in PROBLEMS if name in combined}
 
 
 def _write(results: dict[str, Any], started: float, final: bool, enabled: bool) -> None:

@@ -31,7 +31,9 @@ from parl.algorithms import (
 )
 from parl.data.replay_buffer import ReplayBuffer
 from parl.data.specs import FieldSpec, SpecError
+from parl.envs.adapters import OldGymAPIAdapter, is_old_gym_api, make_env_factory
 from parl.envs.guarded import GuardedEnv
+from parl.envs.pettingzoo import ParallelEnvAgent
 from parl.framework.agent import Agent, StepResult
 from parl.framework.agent_helper import (
     AgentHelper,
@@ -75,6 +77,10 @@ __all__ = [
     "FaultConfig",
     "FaultStats",
     "GuardedEnv",
+    "OldGymAPIAdapter",
+    "ParallelEnvAgent",
+    "is_old_gym_api",
+    "make_env_factory",
     "GymAgent",
     "PPO",
     "PPOConfig",
