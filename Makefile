@@ -44,7 +44,7 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e ".[test,plot,bench]"
 	touch $(BENCH_STAMP)
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(PY) -m benchmarks.throughput
 
 bench-learning: $(BENCH_STAMP)
@@ -63,4 +63,4 @@ docs: $(DOCS_STAMP)
 	$(PY) -m mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info
