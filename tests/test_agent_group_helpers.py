@@ -342,3 +342,37 @@ def test_recurrent_states_of_every_transition_including_the_last(end: str) -> No
     np.testing.assert_array_equal(obs[:, 1], [0, 1, 2, 3, 4] * 2)
     np.testing.assert_array_equal(h, [0, 1, 2, 3, 4] * 2)
     np.testing.assert_array_equal(h_next, [1, 2, 3, 4, 5] * 2)
+
+
+# ------------------------------------------------------------------ store_data checks on the fast paths
+
+
+class KeepTransitions(parl.AgentHelper):
+    def on_transition(self, transition: parl.TrainingBatch) -> None:
+        self.kept = [*getattr(self, "kept", []), transition]
+
+
+def test_store_data_accepts_predicted_objects_and_still_checks_everything_else(live_wrapper) -> None:
+    wrapper, _ = live_wrapper
+    helper = KeepTransitions("RL", wrapper.create_communicator(5))
+    helper.start_episode()
+    obs = np.array([5.0, 0.0], np.float32)
+    action = helper.predict({"obs": obs})["action"]
+    helper.store_data({"obs": obs}, {"action": action}, 1.5)  # the returned object: no re-check needed
+    obs2 = np.array([5.0, 1.0], np.float32)
+    helper.predict({"obs": obs2})
+    # Values not from the prediction are checked as before: a float action for an int64 field...
+    with pytest.raises(ValueError, match=r"agent 5, task 'RL', actions field 'action'"):
+        helper.store_data({"obs": obs2}, {"action": np.float32(1.0)}, 1.0)
+    # ...and rewards: NaN floats, wrong field names and plain ints.
+    with pytest.raises(ValueError, match=r"agent 5, task 'RL', rewards field 'reward'.*finite"):
+        helper.store_data({"obs": obs2}, {"action": np.int64(1)}, float("nan"))
+    with pytest.raises(ValueError, match="missing field"):
+        helper.store_data({"obs": obs2}, {"action": np.int64(1)}, {"bonus": 1.0})
+    helper.store_data({"obs": obs2}, {"action": np.int64(1)}, 2)  # an int reward is fine
+    (first,) = helper.kept
+    assert first.actions["action"].tolist() == [int(action)]
+    assert first.actions["action"].dtype == np.int64 and first.rewards["reward"].dtype == np.float32
+    assert first.rewards["reward"].tolist() == [1.5]
+    helper.store_final({"obs": np.array([5.0, 2.0], np.float32)}, terminated=True)
+    assert helper.kept[1].rewards["reward"].tolist() == [2.0] and helper.kept[1].terminal.tolist() == [True]

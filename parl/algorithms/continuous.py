@@ -22,6 +22,7 @@ import paddle.nn.functional as F
 
 from parl.data.specs import FieldSpec
 from parl.framework.model import Model
+from parl.layers.layer_func import LayerFunc
 
 __all__ = [
     "gaussian_log_prob",
@@ -217,9 +218,11 @@ def _params_used(model: Model, run: Callable[[], object]) -> list[paddle.Tensor]
         called.append(layer)
         return None  # keep the outputs
 
+    # A LayerFunc may call its ops directly rather than through its inner paddle layer, so it is
+    # watched as a whole; other layers are watched when they own parameters themselves.
     handles = []
     for layer in model.sublayers(include_self=True):
-        if layer.parameters(include_sublayers=False):
+        if isinstance(layer, LayerFunc) or layer.parameters(include_sublayers=False):
             handles.append(layer.register_forward_post_hook(record))
     try:
         with paddle.no_grad():
@@ -229,7 +232,7 @@ def _params_used(model: Model, run: Callable[[], object]) -> list[paddle.Tensor]
             h.remove()
     seen: dict[int, paddle.Tensor] = {}
     for layer in called:
-        for p in layer.parameters(include_sublayers=False):
+        for p in layer.parameters(include_sublayers=isinstance(layer, LayerFunc)):
             seen.setdefault(id(p), p)
     return list(seen.values())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -104,6 +105,11 @@ class AgentHelper:
         self._wants_transitions = type(self).on_transition is not AgentHelper.on_transition
         self._accepted: dict[str, tuple[Any, np.ndarray]] = {}
         self._input_dtypes = {spec.name: spec.np_dtype for spec in self.input_specs}
+        self._returned_actions: dict[str, Any] = {}
+        self._action_dtypes = {spec.name: spec.np_dtype for spec in self.action_specs}
+        # One scalar reward field: a float reward is stored without the general check.
+        only = self.reward_specs[0] if len(self.reward_specs) == 1 else None
+        self._scalar_reward = only if only is not None and only.shape == () and only.np_dtype.kind == "f" else None
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
 
@@ -131,7 +137,10 @@ class AgentHelper:
         self._pre_states = self.states
         if pred.states:
             self.states = pred.states
-        return {k: v[0] for k, v in pred.actions.items()}
+        actions = {k: v[0] for k, v in pred.actions.items()}
+        # The task produced these actions, so store_data of the very same objects skips their check.
+        self._returned_actions = actions
+        return actions
 
     # --------------------------------------------------------- experience
     def store_data(
@@ -151,13 +160,12 @@ class AgentHelper:
         """
         if game_over is not GameOver.NOT_OVER:
             game_over = GameOver(int(game_over))
-        where = {"task": self.name, "batched": False, "agent_id": self.agent_id}
         # The states that go with these inputs: those the prediction on them used, or, when there
         # was no prediction since the last record (the final observation), the current states.
         states = self._pre_states if self._pre_states is not None else self.states
         self._pre_states = None
         record: dict[str, Any] = {
-            "inputs": self._accepted_inputs(inputs) or check_fields(inputs, self.input_specs, group="inputs", **where),  # type: ignore[arg-type]
+            "inputs": self._accepted_inputs(inputs) or self._check(inputs, self.input_specs, "inputs"),
             "states": states,
             "game_over": game_over,
         }
@@ -167,28 +175,59 @@ class AgentHelper:
                     f"agent {self.agent_id}, task {self.name!r}: store_data of a step that is not game over "
                     "needs actions and rewards"
                 )
-            if not isinstance(rewards, Mapping):
-                if len(self.reward_specs) != 1:
-                    raise SpecError(
-                        f"agent {self.agent_id}, task {self.name!r}: rewards must be a dict with fields "
-                        f"{[s.name for s in self.reward_specs]}, got a scalar"
-                    )
-                spec = self.reward_specs[0]
-                if isinstance(rewards, (int, float)) and not isinstance(rewards, bool) and spec.shape == ():
-                    rewards = {spec.name: np.array(rewards, dtype=spec.np_dtype)}
-                else:
-                    rewards = {spec.name: rewards}
-            record["actions"] = check_fields(actions, self.action_specs, group="actions", **where)  # type: ignore[arg-type]
-            record["rewards"] = check_fields(rewards, self.reward_specs, group="rewards", **where)  # type: ignore[arg-type]
+            record["actions"] = self._returned(actions) or self._check(actions, self.action_specs, "actions")
+            record["rewards"] = self._reward_fields(rewards)
             if extras is None:
                 extras = self._extras_from_prediction()
-            record["extras"] = check_fields(extras, self.extra_specs, group="extras", **where)  # type: ignore[arg-type]
+            record["extras"] = self._check(extras, self.extra_specs, "extras") if self.extra_specs or extras else {}
         prev = self._prev
         if prev is not None and prev["game_over"] == GameOver.NOT_OVER and self._wants_transitions:
             self.on_transition(self._transition(prev, record))
         self._prev = record if game_over == GameOver.NOT_OVER else None
         if game_over != GameOver.NOT_OVER:
             self.on_episode_end(game_over)
+
+    def _check(self, data: Mapping[str, Any], specs: list[FieldSpec], group: str) -> dict[str, np.ndarray]:
+        return check_fields(data, specs, task=self.name, group=group, batched=False, agent_id=self.agent_id)
+
+    def _reward_fields(self, rewards: Mapping[str, Any] | float) -> dict[str, np.ndarray]:
+        """The checked reward fields of one step; a plain float goes to the single reward field."""
+        if isinstance(rewards, Mapping):
+            return self._check(rewards, self.reward_specs, "rewards")
+        spec = self._scalar_reward
+        if spec is not None and type(rewards) is float:
+            if not (math.isfinite(rewards) or spec.allow_nan):
+                raise SpecError(
+                    f"agent {self.agent_id}, task {self.name!r}, rewards field {spec.name!r}: expected finite "
+                    f"values, got {rewards}"
+                )
+            return {spec.name: np.array(rewards, dtype=spec.np_dtype)}
+        if len(self.reward_specs) != 1:
+            raise SpecError(
+                f"agent {self.agent_id}, task {self.name!r}: rewards must be a dict with fields "
+                f"{[s.name for s in self.reward_specs]}, got a scalar"
+            )
+        only = self.reward_specs[0]
+        if isinstance(rewards, (int, float)) and not isinstance(rewards, bool) and only.shape == ():
+            value: Any = np.array(rewards, dtype=only.np_dtype)
+        else:
+            value = rewards
+        return self._check({only.name: value}, self.reward_specs, "rewards")
+
+    def _returned(self, actions: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+        """The actions as arrays when they are the very objects the last ``predict`` returned, else None."""
+        returned = self._returned_actions
+        if not returned or len(actions) != len(returned):
+            return None
+        out = {}
+        for k, v in actions.items():
+            if returned.get(k) is not v:
+                return None
+            arr = np.asarray(v)
+            if arr.dtype != self._action_dtypes[k]:
+                return None
+            out[k] = arr
+        return out
 
     def _accepted_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
         """The checked arrays when ``inputs`` holds the very objects of the last prediction, else None."""

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import paddle
 import paddle.nn.functional as F
+from paddle import _C_ops
 
 from parl.layers.layer_func import LayerFunc
 
@@ -95,8 +96,11 @@ class FC(LayerFunc):
         if self.linear is None:
             self._build(int(x.shape[-1]))
         assert self.linear is not None
-        _check_width(self.layer_name, "features", int(x.shape[-1]), int(self.linear.weight.shape[0]))
-        y = self.linear(x)
+        weight = self.linear.weight
+        _check_width(self.layer_name, "features", int(x.shape[-1]), int(weight.shape[0]))
+        # In dygraph, the op itself: paddle.nn.functional.linear reads a global flag on every call,
+        # which costs about as much as the matrix product of a small layer.
+        y = _C_ops.linear(x, weight, self.linear.bias) if paddle.in_dynamic_mode() else self.linear(x)
         return self.act(y) if self.act is not None else y
 
 

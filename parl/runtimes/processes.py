@@ -483,6 +483,9 @@ class _WorkerLink:
         self.exited = False
         self.said_goodbye = False
         self._send_lock = threading.Lock()
+        # Reaping a child from two threads at once races in multiprocessing (the loser sees
+        # "still running"); the serving thread and close() take turns.
+        self._reap_lock = threading.Lock()
         self.buffers: list[tuple[_SharedArrays, _SharedArrays]] = []
 
     def start(self) -> None:
@@ -501,7 +504,8 @@ class _WorkerLink:
 
     def _exit_code(self) -> int | None:
         """The worker's exit code once it ended (None while it runs)."""
-        self.process.join(timeout=0.5)
+        with self._reap_lock:
+            self.process.join(timeout=0.5)
         code: int | None = self.process.exitcode
         return code
 
@@ -615,11 +619,13 @@ class _WorkerLink:
         """Join the process (killing it if needed) and free the buffers; True if it ended in time."""
         ended = True
         if self.process is not None:
-            self.process.join(timeout)
-            if self.process.is_alive():
-                self.process.kill()
-                self.process.join(0.5)
-                ended = False
+            deadline = time.monotonic() + timeout
+            with self._reap_lock:
+                self.process.join(max(0.0, deadline - time.monotonic()))
+                if self.process.is_alive():
+                    self.process.kill()
+                    self.process.join(0.5)
+                    ended = False
         if self.thread is not None:
             self.thread.join(0.5)
         for req, rep in self.buffers:
