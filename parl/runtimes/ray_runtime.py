@@ -37,6 +37,7 @@ import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
 import secrets
+import socket
 import threading
 import time
 from typing import Any
@@ -69,13 +70,31 @@ def _import_ray() -> Any:
     return ray
 
 
+def _no_delay(conn: mpc.Connection) -> mpc.Connection:
+    """Turn off Nagle's algorithm on a TCP connection.
+
+    ``Connection.send`` writes a large message as a header and a body; with Nagle on, the body
+    waits for the peer's delayed ACK of the header (tens of milliseconds per round trip).
+    """
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return conn
+    try:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    finally:
+        sock.close()  # closes the duplicate only; the option stays on the shared socket
+    return conn
+
+
 def _actor_main(
     worker: int, generation: int, agent_ids: list[int], spec: RemoteAgentSpec, address: Any, authkey: bytes
 ) -> int:
     """Body of the actor's ``run`` method: connect back to the learner and run the agents."""
-    pred = mpc.Client(address, authkey=authkey)
+    pred = _no_delay(mpc.Client(address, authkey=authkey))
     pred.send(("hello", worker, generation, "pred"))
-    msg = mpc.Client(address, authkey=authkey)
+    msg = _no_delay(mpc.Client(address, authkey=authkey))
     msg.send(("hello", worker, generation, "msg"))
     _Worker(worker, agent_ids, spec, None, pred, msg, threading.Event()).run()
     return os.getpid()
@@ -127,7 +146,7 @@ class _Acceptor:
     def _accept(self) -> None:
         while True:
             try:
-                conn = self.listener.accept()
+                conn = _no_delay(self.listener.accept())
             except (OSError, EOFError, mp.AuthenticationError) as exc:
                 if self._closing:
                     return
@@ -254,7 +273,8 @@ class _RayLink(_WorkerLink):
     def close(self, timeout: float) -> bool:
         """Ask the actor to stop, wait for its goodbye, then kill it; True if it ended in time."""
         ray = self.runtime.ray
-        self.send(("stop",))
+        if getattr(self, "msg_conn", None) is not None:  # None: the actor never connected
+            self.send(("stop",))
         deadline = time.monotonic() + timeout
         if self.thread is not None:
             self.thread.join(max(0.05, deadline - time.monotonic()))
@@ -262,6 +282,9 @@ class _RayLink(_WorkerLink):
         if self.actor is not None:
             try:
                 ray.kill(self.actor, no_restart=True)
+                # The kill is asynchronous: wait until the actor is gone, so its CPUs are free for
+                # the next run (a pending actor would otherwise wait for them).
+                ray.wait([self.run_ref], timeout=max(0.5, deadline - time.monotonic()))
             except Exception:  # noqa: BLE001 - already gone
                 logger.debug("killing the actor of worker %d failed", self.index, exc_info=True)
         for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
