@@ -180,3 +180,33 @@ def _kill_first_actor_after_steps(manager: parl.Manager, steps: int) -> list[int
 def test_import_parl_does_not_import_ray() -> None:
     code = "import sys, parl; assert 'ray' not in sys.modules, 'parl imported ray'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
+
+
+def test_actor_connections_send_without_nagle_delay() -> None:
+    """Both ends of an actor's TCP connection turn Nagle off (a large message is a header then a body)."""
+    import multiprocessing.connection as mpc
+    import socket
+
+    from parl.runtimes.ray_runtime import _no_delay
+
+    listener = mpc.Listener(("127.0.0.1", 0), authkey=b"k")
+    accepted: list[Any] = []
+    thread = threading.Thread(target=lambda: accepted.append(_no_delay(listener.accept())))
+    thread.start()
+    client = _no_delay(mpc.Client(listener.address, authkey=b"k"))
+    thread.join(10)
+    try:
+        for conn in (client, accepted[0]):
+            sock = socket.socket(fileno=os.dup(conn.fileno()))
+            try:
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+            finally:
+                sock.close()
+        payload = np.arange(64 * 512, dtype=np.float32)  # 128 KiB: sent as a header and a body
+        client.send(payload)
+        accepted[0].send(accepted[0].recv())
+        np.testing.assert_array_equal(client.recv(), payload)
+    finally:
+        client.close()
+        accepted[0].close()
+        listener.close()
