@@ -1,0 +1,203 @@
+"""Prediction wait limits, the Manager's budgets and report, a prompt stop(), restarts that are logged."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_agent_group_fakes import (
+    RUNTIMES,
+    CounterEnv,
+    EchoAlgorithm,
+    StepAgent,
+    counter_envs,
+    echo_task_config,
+    live_threads,
+    threads_started_since,
+)
+
+import parl
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _rows(agent_id: int, n: int) -> np.ndarray:
+    return np.stack([np.full(n, agent_id), np.arange(n)], axis=1).astype(np.float32)
+
+
+def _wrapper(config: parl.WrapperConfig, algo: EchoAlgorithm) -> parl.ComputationWrapper:
+    return parl.ComputationWrapper(parl.ComputationTask("RL", algo), config)
+
+
+# ------------------------------------------------------------------ prediction: max_wait_s and max_batch_size
+
+
+def test_prediction_waits_up_to_max_wait_for_other_agents() -> None:
+    algo = EchoAlgorithm()
+    wrapper = _wrapper(parl.WrapperConfig(max_batch_size=64, max_wait_s=1.5, poll_s=0.01), algo)
+    comms = [wrapper.create_communicator(i) for i in range(3)]
+    wrapper.start()
+    try:
+        comms[0].put_prediction_data({"obs": _rows(0, 1)}, {})
+        time.sleep(0.2)  # well inside the wait: the late requests join the first one's call
+        comms[1].put_prediction_data({"obs": _rows(1, 2)}, {})
+        comms[2].put_prediction_data({"obs": _rows(2, 1)}, {})
+        preds = [c.get_prediction_return() for c in comms]
+    finally:
+        wrapper.stop()
+    assert algo.predict_sizes == [4]
+    for i, (pred, n) in enumerate(zip(preds, (1, 2, 1))):
+        np.testing.assert_array_equal(pred.extras["echo"], _rows(i, n) * 2)
+
+
+def test_a_lone_prediction_is_served_once_max_wait_has_passed() -> None:
+    algo = EchoAlgorithm()
+    wrapper = _wrapper(parl.WrapperConfig(max_batch_size=64, max_wait_s=0.3, poll_s=0.01), algo)
+    comm = wrapper.create_communicator(0)
+    wrapper.start()
+    try:
+        start = time.monotonic()
+        comm.put_prediction_data({"obs": _rows(0, 1)}, {})
+        pred = comm.get_prediction_return()
+        elapsed = time.monotonic() - start
+    finally:
+        wrapper.stop()
+    assert 0.25 <= elapsed < 3.0, elapsed
+    assert algo.predict_sizes == [1]
+    np.testing.assert_array_equal(pred.extras["echo"], _rows(0, 1) * 2)
+
+
+def test_a_full_prediction_batch_does_not_wait() -> None:
+    algo = EchoAlgorithm()
+    wrapper = _wrapper(parl.WrapperConfig(max_batch_size=4, max_wait_s=30.0, poll_s=0.01), algo)
+    comms = [wrapper.create_communicator(i) for i in range(2)]
+    wrapper.start()
+    try:
+        start = time.monotonic()
+        for i, comm in enumerate(comms):
+            comm.put_prediction_data({"obs": _rows(i, 2)}, {})
+        for comm in comms:
+            comm.get_prediction_return()
+        elapsed = time.monotonic() - start
+    finally:
+        wrapper.stop()
+    assert elapsed < 5.0, elapsed  # the limit of 4 samples ends the 30 s wait
+    assert sum(algo.predict_sizes) == 4 and max(algo.predict_sizes) <= 4
+
+
+# ------------------------------------------------------------------ Manager: budgets and the report
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_max_steps_is_exact_and_the_report_adds_up_per_agent(runtime: str) -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        counter_envs(length=7),
+        parl.ManagerConfig(num_agents=5, runtime=runtime, max_steps=101),
+    )
+    report = manager.run()
+    assert report.steps == 101  # the agents together take exactly the budget
+    envs_steps = 0
+    for slot in manager.slots:
+        agent = slot.agent
+        assert isinstance(agent, StepAgent)
+        envs_steps += agent.total_steps
+        i = agent.agent_id
+        finished = report.returns[i]
+        assert len(finished) == len(report.lengths[i])
+        assert all(length == 7 for length in report.lengths[i])
+        # Each finished episode's return is the sum of the rewards this agent's env gave (action + 1).
+        rewards = [action + 1.0 for _, action, _ in agent.records]
+        expected = [sum(rewards[7 * k : 7 * (k + 1)]) for k in range(len(finished))]
+        assert finished == expected
+    assert envs_steps == 101
+    assert report.episodes == sum(len(r) for r in report.returns.values())
+    assert report.total_return == pytest.approx(sum(sum(r) for r in report.returns.values()))
+    assert sum(sum(lengths) for lengths in report.lengths.values()) <= report.steps
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_max_episodes_and_stop_when_end_the_run(runtime: str) -> None:
+    report = parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        counter_envs(length=4),
+        parl.ManagerConfig(num_agents=3, runtime=runtime, max_episodes=9),
+    ).run()
+    assert report.episodes >= 9
+    assert report.episodes == sum(len(r) for r in report.returns.values())
+
+    seen: list[int] = []
+
+    def stop_when(control) -> bool:  # type: ignore[no-untyped-def]
+        seen.append(control.episodes)
+        return len(control.returns[1]) >= 2  # agent 1 has finished two episodes
+
+    report = parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        counter_envs(length=4),
+        parl.ManagerConfig(num_agents=3, runtime=runtime),
+    ).run(stop_when=stop_when)
+    assert seen and len(report.returns[1]) >= 2
+
+
+def test_run_without_budget_or_condition_is_refused() -> None:
+    manager = parl.Manager([echo_task_config()], StepAgent, counter_envs(), parl.ManagerConfig(num_agents=1))
+    with pytest.raises(ValueError, match="needs a budget"):
+        manager.run()
+
+
+# ------------------------------------------------------------------ stop() within 2 s, no thread left
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_stop_returns_within_two_seconds_even_with_a_slow_task(runtime: str) -> None:
+    before = live_threads()
+    algo = EchoAlgorithm(predict_sleep=0.3, learn_sleep=0.3)  # the loops are inside a task call most of the time
+    manager = parl.Manager(
+        [echo_task_config(algo, helper=parl.OnPolicyHelper, helper_config=parl.OnPolicyConfig(sample_interval=2))],
+        StepAgent,
+        counter_envs(length=50),
+        parl.ManagerConfig(num_agents=8, runtime=runtime, max_seconds=60),
+    )
+    reports: list[parl.RunReport] = []
+    runner = threading.Thread(target=lambda: reports.append(manager.run()), name="test-runner")
+    runner.start()
+    time.sleep(1.0)
+    start = time.monotonic()
+    manager.stop()
+    stop_s = time.monotonic() - start
+    runner.join(5.0)
+    assert stop_s < 2.0, stop_s
+    assert not runner.is_alive() and reports
+    assert reports[0].prediction_stats["RL"].calls > 0
+    assert threads_started_since(before, grace_s=0.5) == []
+
+
+# ------------------------------------------------------------------ restarts are counted and logged
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_restarted_agent_is_counted_and_logged(runtime: str, caplog: pytest.LogCaptureFixture) -> None:
+    built: set[int] = set()
+
+    def make_env(i: int) -> CounterEnv:
+        env = CounterEnv(tag=i, length=5, fail_at_step=2 if i == 3 and i not in built else None)
+        built.add(i)
+        return env
+
+    with caplog.at_level(logging.WARNING, logger="parl"):
+        report = parl.Manager(
+            [echo_task_config()],
+            StepAgent,
+            make_env,
+            parl.ManagerConfig(num_agents=4, runtime=runtime, max_episodes=12, restart_failed_agents=True),
+        ).run()
+    assert report.restarts == 1 and [f.agent_id for f in report.failures] == [3]
+    logged = [r for r in caplog.records if r.levelno == logging.WARNING and "agent 3 failed" in r.getMessage()]
+    assert len(logged) == 1 and "restarted" in logged[0].getMessage()
