@@ -195,3 +195,17 @@ def test_a_custom_layerfunc_uses_param_attr_names() -> None:
     a, b = Scale(3), Scale(3)
     assert a.param_names == [f"{a.layer_name}.w_0"]
     assert a.param_names != b.param_names
+
+
+def test_parameter_free_ops_are_used_directly() -> None:
+    x = _x(rows=2, cols=3)
+    np.testing.assert_array_equal(layers.relu(x).numpy(), np.maximum(x.numpy(), 0))
+    np.testing.assert_allclose(layers.softmax(x).numpy().sum(axis=-1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(layers.tanh(x).numpy(), np.tanh(x.numpy()), rtol=1e-6)
+    assert layers.concat([x, x], axis=-1).shape == [2, 6]
+    assert layers.reshape(x, [3, 2]).shape == [3, 2]
+    # In a model they are plain calls: only the fc layer owns parameters.
+    fc = layers.fc(size=4)
+    y = layers.relu(layers.concat([fc(x), x], axis=-1))
+    assert y.shape == [2, 7] and len(fc.parameters()) == 2
+    assert not isinstance(layers.relu, paddle.nn.Layer)

@@ -10,6 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 import parl
 from parl.data.packing import pack_fields, sample_count, unpack_fields
+from parl.data.specs import FieldSpec
 from parl.framework.computation_wrapper import pack_training_batches
 
 DTYPES = ["float32", "float64", "int64", "int32", "uint8", "bool"]
@@ -147,3 +148,117 @@ def test_pack_training_batches_then_slicing_by_offsets_returns_each_agents_rows(
             _same(packed.weights[rows], expected_w)
         else:
             assert packed.weights is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(layouts_and_parts())
+def test_the_wrappers_fast_path_packs_like_the_checked_path(data: tuple[dict, list[dict[str, np.ndarray]]]) -> None:
+    # The wrapper packs requests already checked against the specs with validated=True.
+    _, parts = data
+    fast, fast_offsets = pack_fields(parts, validated=True)
+    checked, offsets = pack_fields(parts)
+    assert fast_offsets == offsets and set(fast) == set(checked)
+    for name in checked:
+        _same(fast[name], checked[name])
+    for part, got in zip(parts, unpack_fields(fast, offsets)):
+        for name in part:
+            _same(got[name], part[name])
+
+
+# ------------------------------------------------------------------ through a ComputationWrapper
+
+_SPEC_DTYPES = ["float32", "float64", "int64", "int32", "uint8", "bool"]
+_field_layouts = st.tuples(
+    hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=3), st.sampled_from(_SPEC_DTYPES)
+)
+
+
+class _EchoModel(parl.Model):
+    """A model with whatever input and state specs a test draws, and no parameters."""
+
+    def __init__(self, inputs: list[FieldSpec], states: list[FieldSpec]) -> None:
+        super().__init__()
+        self._inputs, self._states = inputs, states
+
+    def input_specs(self) -> list[FieldSpec]:
+        return self._inputs
+
+    def state_specs(self) -> list[FieldSpec]:
+        return self._states
+
+    def action_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("action", (), "int64")]
+
+
+class _EchoStates(parl.Algorithm):
+    """Returns the states it was given as next states, and every input as an extra."""
+
+    def warm_up(self, model, inputs, states) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    def predict(self, inputs, states, explore) -> parl.Prediction:  # type: ignore[no-untyped-def]
+        n = int(next(iter(inputs.values())).shape[0])
+        return parl.Prediction(
+            actions={"action": np.arange(n, dtype=np.int64)},
+            states=dict(states),
+            extras={f"in_{k}": v for k, v in inputs.items()},
+        )
+
+
+@st.composite
+def agents_with_states(draw: st.DrawFn) -> tuple[list[FieldSpec], list[FieldSpec], list[tuple[dict, dict]]]:
+    input_layout = draw(
+        st.dictionaries(st.sampled_from(["obs", "goal", "image", "mask"]), _field_layouts, min_size=1, max_size=3)
+    )
+    state_layout = draw(
+        st.dictionaries(
+            st.sampled_from(["h", "c", "memory"]),
+            hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4),
+            min_size=1,
+            max_size=2,
+        )
+    )
+    input_specs = [FieldSpec(k, shape, dtype) for k, (shape, dtype) in input_layout.items()]
+    state_specs = [FieldSpec(k, shape, "float32") for k, shape in state_layout.items()]
+    finite = st.floats(-1e3, 1e3, width=32)
+    agents = []
+    for n in draw(st.lists(st.integers(1, 3), min_size=1, max_size=6)):
+        inputs = {}
+        for spec in input_specs:
+            elements = finite if spec.np_dtype.kind == "f" else None
+            inputs[spec.name] = draw(hnp.arrays(spec.np_dtype, (n, *spec.shape), elements=elements))
+        states = {s.name: draw(hnp.arrays(np.float32, (n, *s.shape), elements=finite)) for s in state_specs}
+        agents.append((inputs, states))
+    return input_specs, state_specs, agents
+
+
+@settings(max_examples=30, deadline=None)
+@given(agents_with_states())
+def test_each_agent_gets_back_exactly_its_own_inputs_and_recurrent_states(
+    data: tuple[list[FieldSpec], list[FieldSpec], list[tuple[dict, dict]]],
+) -> None:
+    input_specs, state_specs, agents = data
+    task = parl.ComputationTask("RL", _EchoStates(_EchoModel(input_specs, state_specs)))
+    wrapper = parl.ComputationWrapper(task)
+    comms = [wrapper.create_communicator(i) for i in range(len(agents))]
+    for comm, (inputs, states) in zip(comms, agents):
+        comm.put_prediction_data(inputs, states)
+    # One batched call for every agent, as the prediction loop makes it.
+    wrapper.serve_predictions([wrapper.prediction_q.get_nowait() for _ in comms])
+    assert wrapper.prediction_stats.calls == 1
+    assert wrapper.prediction_stats.samples == sum(sample_count(inputs) for inputs, _ in agents)
+    for comm, (inputs, states) in zip(comms, agents):
+        pred = comm.get_prediction_return()
+        assert set(pred.states) == set(states)
+        for name, value in states.items():
+            _same(pred.states[name], value)
+        for name, value in inputs.items():
+            _same(pred.extras[f"in_{name}"], value)
+        # The algorithm numbered the rows of the packed batch: this agent got its own rows' numbers.
+        start, stop = _rows_of(agents, comm.agent_id)
+        np.testing.assert_array_equal(pred.actions["action"], np.arange(start, stop))
+
+
+def _rows_of(agents: list[tuple[dict, dict]], agent_id: int) -> tuple[int, int]:
+    start = sum(sample_count(inputs) for inputs, _ in agents[:agent_id])
+    return start, start + sample_count(agents[agent_id][0])
