@@ -18,6 +18,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+import test_faults as faults  # noqa: E402 - a module, so that pytest does not collect its tests here again
 from test_agent_group_fakes import (  # noqa: E402
     CounterEnv,
     StepAgent,
@@ -143,12 +144,29 @@ def test_a_killed_actor_without_restarts_fails_the_run_quickly() -> None:
     assert time.monotonic() - start < 20
 
 
+# The env fault tests of test_faults.py, with agents (and their guarded envs) in Ray actors.
+
+
+def test_ray_env_errors_cut_episodes_and_no_transition_crosses_a_fault() -> None:
+    faults.test_env_errors_cut_episodes_and_no_transition_crosses_a_fault("ray")
+
+
+def test_ray_too_many_faults_in_a_row_reach_the_caller() -> None:
+    faults.test_too_many_faults_in_a_row_reach_the_caller("ray")
+
+
+def test_ray_hung_env_is_replaced_and_the_run_goes_on(tmp_path) -> None:
+    faults.test_a_hung_env_is_replaced_and_the_run_goes_on("ray", tmp_path)
+
+
 def test_ray_chaos_run_completes_its_budget_and_counts_every_fault(tmp_path) -> None:
     log = str(tmp_path / "faults.log")
     budget = 4000
     manager = _chaos_manager("ray", log, budget)
+    threads_before = set(threading.enumerate())
     killed = _kill_first_actor_after_steps(manager, budget // 3)
     report = manager.run()
+    actor_pids = [link.actor_pid for link in manager.runtime.links]  # type: ignore[union-attr]
     injected = read_fault_log(log)
     f = report.faults
     assert report.steps >= budget
@@ -161,6 +179,13 @@ def test_ray_chaos_run_completes_its_budget_and_counts_every_fault(tmp_path) -> 
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in pids if pid_alive(p)]  # no env host process outlived the run
+    # nor an actor (the killed one, its replacement, the other one), nor a thread of the learner
+    assert killed[0] not in actor_pids and all(p is not None for p in actor_pids)
+    deadline = time.monotonic() + 10.0
+    while any(pid_alive(p) for p in [*actor_pids, *killed]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in [*actor_pids, *killed] if pid_alive(p)]
+    faults.assert_no_thread_outlives(threads_before)
 
 
 def _kill_first_actor_after_steps(manager: parl.Manager, steps: int) -> list[int]:
