@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from examples.cartpole_a2c.experiment import PPO_EXPERIMENT, CartPoleOnPolicyCon
 from parl.training.checkpoint import CheckpointError, RunCheckpointer, RunCounters
 from parl.training.metrics_log import read_metrics_csv
 from parl.training.trainer import TrainConfig, Trainer
+from parl.utils.evaluation import evaluate_greedy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,60 +86,106 @@ def test_only_the_last_checkpoints_are_kept_and_incomplete_ones_ignored(tmp_path
         ckpt.read_state(tmp_path / "checkpoints" / "step_000000000099")
 
 
-_CHILD = textwrap.dedent(
+_SAVER = textwrap.dedent(
     """
-    import sys
+    import os, signal, sys, time
     sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
     import numpy as np
     from test_run_checkpoints import _dqn_manager
     from parl.training.checkpoint import RunCheckpointer, RunCounters
     manager = _dqn_manager(200)
-    manager.run()
+    manager.run()  # agents with filled replay buffers, so helpers.pkl is a real one
     ckpt = RunCheckpointer({run_dir!r}, keep=3)
-    latest = ckpt.latest()
-    k = ckpt.read_state(latest)["counters"].env_steps + 1 if latest is not None else 1
     params = manager.tasks["RL"].algorithm.model.parameters()
-    first = True
-    while True:
-        for p in params:
-            p.set_value(np.full(p.shape, float(k), dtype=p.numpy().dtype))
-        ckpt.save(manager, RunCounters(env_steps=k, episodes=k), {{"k": k}})
-        if first:
-            print("ready", flush=True)
-            first = False
-        k += 1
+    print("ready", flush=True)
+    for line in sys.stdin:  # one line per kill: how long the child saves before it is killed
+        delay = float(line)
+        latest = ckpt.latest()
+        k = ckpt.read_state(latest)["counters"].env_steps + 1 if latest is not None else 1
+        pid = os.fork()
+        if pid == 0:  # the child: save checkpoints k, k+1, ... until killed; weights all equal k
+            try:
+                while True:
+                    for p in params:
+                        p.set_value(np.full(p.shape, float(k), dtype=p.numpy().dtype))
+                    ckpt.save(manager, RunCounters(env_steps=k, episodes=k), {{"k": k}})
+                    k += 1
+            finally:
+                os._exit(3)
+        time.sleep(delay)
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        print("killed", int(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL), flush=True)
     """
 )
+
+KILLS = 40
+
+
+def _check_checkpoint(ckpt: RunCheckpointer, path: Path, manager: parl.Manager) -> int:
+    """Load every file of the checkpoint at ``path``; its weights, counters and config come from one save."""
+    state = ckpt.read_state(path)
+    k = state["counters"].env_steps
+    assert state["config"] == {"k": k} and state["counters"].episodes == k
+    assert set(state["rng"]) == {"python", "numpy", "paddle"}
+    ckpt.restore(path, manager, restore_rng=False)
+    assert set(manager.pending_helper_states) == {0, 1}  # both agents' replay buffers
+    for p in manager.tasks["RL"].algorithm.model.parameters():
+        assert np.all(p.numpy() == float(k)), f"{path.name}: weights of another save than its counters ({k})"
+    return int(k)
 
 
 @pytest.mark.timeout(240)
 def test_sigkill_during_saves_never_corrupts_the_last_checkpoint(tmp_path) -> None:
-    """Kill a process that saves run checkpoints in a loop, many times; the latest always loads whole."""
+    """A child saving run checkpoints in a loop is SIGKILLed at random moments, many times.
+
+    After every kill, the checkpoint ``latest`` names (and every other one that looks complete) loads
+    whole and consistent, it is never older than before the kill, and most kills landed inside a save
+    (its hidden temporary directory or pointer file was left behind for the next save to clean up).
+    """
     run_dir = tmp_path / "run"
-    script = _CHILD.format(root=str(ROOT), tests=str(ROOT / "tests"), run_dir=str(run_dir))
+    script = _SAVER.format(root=str(ROOT), tests=str(ROOT / "tests"), run_dir=str(run_dir))
+    saver = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert saver.stdin is not None and saver.stdout is not None
     rng = np.random.default_rng(0)
     ckpt = RunCheckpointer(run_dir)
-    last_k = 0
-    for _ in range(6):
-        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == b"ready"
-        time.sleep(float(rng.uniform(0.0, 0.4)))
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
-        latest = ckpt.latest()
-        assert latest is not None
-        state = ckpt.read_state(latest)
-        k = state["counters"].env_steps
-        assert k > last_k and state["config"] == {"k": k}  # a newer checkpoint, consistent with itself
-        last_k = k
-        manager = _dqn_manager()
-        ckpt.restore(latest, manager)  # every file of it loads
-        for p in manager.tasks["RL"].algorithm.model.parameters():
-            assert np.all(p.numpy() == float(k)), "weights and counters come from the same save"
-    leftovers = [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
-    assert all(p.name.startswith(".tmp-") or p.name.startswith(".latest") for p in leftovers)
-    assert len(ckpt.complete()) <= 4  # pruning kept working across kills (3 kept + at most one in flight)
+    checker = _dqn_manager()
+    last_k, mid_save, advanced = 0, 0, 0
+    try:
+        assert saver.stdout.readline().strip() == "ready"
+        for i in range(KILLS):
+            # one save takes a few milliseconds: kill anywhere within the first dozen or so
+            saver.stdin.write(f"{float(rng.uniform(0.0, 0.06)):.4f}\n")
+            saver.stdin.flush()
+            assert saver.stdout.readline().split() == ["killed", "1"], f"kill {i} did not happen"
+            root = run_dir / "checkpoints"
+            names = [p.name for p in root.iterdir()] if root.exists() else []
+            if any(n.startswith(".tmp-") or (n.startswith(".latest.") and n.endswith(".tmp")) for n in names):
+                mid_save += 1
+            assert all(n == "latest" or n.startswith(("step_", ".tmp-", ".latest.")) for n in names), names
+            latest = ckpt.latest()
+            if latest is None:
+                assert last_k == 0, "a checkpoint existed before this kill and none is found after it"
+                continue
+            k = _check_checkpoint(ckpt, latest, checker)
+            assert k >= last_k, "the kill took the run back to an older checkpoint"
+            advanced += k > last_k
+            last_k = k
+            for path in ckpt.complete():
+                _check_checkpoint(ckpt, path, checker)
+            assert len(ckpt.complete()) <= 4  # pruning kept working across kills (3 kept + one in flight)
+    finally:
+        saver.stdin.close()
+        saver.wait(30)
+    assert saver.returncode == 0
+    assert advanced >= KILLS // 4, f"saves completed between only {advanced} of {KILLS} kills"
+    assert mid_save >= KILLS // 4, f"only {mid_save} of {KILLS} kills landed inside a save"
 
 
 # ------------------------------------------------------------------ trainer
@@ -192,6 +238,12 @@ def test_a_stopped_and_resumed_run_matches_an_uninterrupted_one(tmp_path) -> Non
     metrics = read_metrics_csv(tmp_path / "split" / "metrics.csv")
     steps = [s for s, _ in metrics["train/env_steps"]]
     assert steps == sorted(steps) and steps[-1] == 2_000 and steps[0] < 1_000
+    # the episode counter went on from the first segment's too (how many episodes 2,000 steps make depends
+    # on what the policy learned, which differs between any two runs, so it is not compared with `whole`)
+    episodes = [v for _, v in metrics["train/episodes"]]
+    assert episodes == sorted(episodes) and episodes[-1] == b.episodes > first.counters.episodes
+    assert first.counters.episodes in episodes  # the first segment's last row; the second starts from it
+    assert b.learn_samples["RL"] > first.counters.learn_samples["RL"]
     assert (tmp_path / "split" / "metrics.csv").read_text().count("step,wall_time,tag,value") == 1
     assert list((tmp_path / "split").glob("events.out.tfevents.*"))
     assert (tmp_path / "split" / "best" / "task_RL.pdckpt").exists()
@@ -211,6 +263,39 @@ def test_logged_scalars_are_grouped_and_cover_the_run(tmp_path) -> None:
     assert any(tag.startswith("losses/RL/") for tag in metrics)
     assert metrics["train/RL/predict_batch"][-1][1] > 1
     assert summary.report.steps == 600
+
+
+def test_evaluation_stops_at_the_stop_value_and_keeps_exactly_the_evaluated_model(tmp_path) -> None:
+    run = tmp_path / "solved"
+    config = _tiny_config(run, 20_000)
+    # any CartPole policy scores more than 5 per episode: the first evaluation reaches it and is confirmed
+    config = dataclasses.replace(
+        config, train=dataclasses.replace(config.train, stop_value=5.0, eval_episodes=3, confirm_episodes=4)
+    )
+    summary = _train(config)
+    assert summary.solved and len(summary.history) == 1
+    ((steps, score),) = summary.history
+    assert 500 <= steps < 1_000 and summary.counters.env_steps < 1_000  # stopped early, not at 20,000
+    assert score >= 5.0 and summary.best_eval == score
+    assert json.loads((run / "best" / "best.json").read_text()) == {"env_steps": steps, "mean_return": score}
+    # best/ holds the very parameters that were scored: the confirming evaluation replays to the same mean
+    task = PPO_EXPERIMENT.build(config).tasks["RL"]
+    task.load(run / "best" / "task_RL.pdckpt")
+    replay = evaluate_greedy(task, PPO_EXPERIMENT.make_eval_env(config), 4, seed=20_000 + steps)
+    assert float(np.mean(replay)) == score
+    metrics = read_metrics_csv(run / "metrics.csv")
+    assert metrics["eval/mean_return"] == [(steps, score)] and metrics["eval/best_return"] == [(steps, score)]
+
+
+def test_the_best_model_is_the_best_evaluation_so_far(tmp_path) -> None:
+    run = tmp_path / "best"
+    summary = _train(_tiny_config(run, 1_500))
+    scores = [score for _, score in summary.history]
+    assert len(scores) == 3 and summary.best_eval == max(scores)
+    best = json.loads((run / "best" / "best.json").read_text())
+    assert best["mean_return"] == max(scores) and (best["env_steps"], best["mean_return"]) in summary.history
+    logged = read_metrics_csv(run / "metrics.csv")["eval/best_return"]
+    assert [v for _, v in logged] == [max(scores[: i + 1]) for i in range(len(scores))]
 
 
 def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path) -> None:

@@ -13,7 +13,9 @@ It is written into a hidden temporary directory, every file is fsynced, and
 the directory is renamed into place in one step; only then does the
 ``latest`` pointer move (itself written atomically). A process killed at any
 moment (even SIGKILL) leaves the previous checkpoint intact and ``latest``
-pointing at a complete one; leftovers are removed by the next save.
+pointing at a complete one; old checkpoints are moved aside before they are
+deleted, so a killed deletion never leaves a partial one that looks complete;
+leftovers are removed by the next save.
 
 Example::
 
@@ -181,7 +183,21 @@ class RunCheckpointer:
             keep.add(latest)
         for p in self.complete():
             if p not in keep:
-                shutil.rmtree(p, ignore_errors=True)
+                self._delete(p)
+
+    def _delete(self, path: Path) -> None:
+        """Remove an old checkpoint without ever leaving a partly deleted one that looks complete.
+
+        The directory is first renamed to a hidden ``.tmp-`` name (one atomic step), then removed;
+        a process killed during the removal leaves only a leftover the next save cleans up.
+        """
+        trash = self.root / f".tmp-old-{path.name}-{secrets.token_hex(4)}"
+        try:
+            os.rename(path, trash)
+        except OSError:
+            logger.debug("could not move %s aside for deletion", path, exc_info=True)
+            return
+        shutil.rmtree(trash, ignore_errors=True)
 
     # ------------------------------------------------------------------ load
     def latest(self) -> Path | None:

@@ -224,18 +224,27 @@ class Trainer:
             self.counters.learn_samples[name] = b.learn_samples.get(name, 0) + w.training_stats.samples
 
     def _evaluate(self, steps: int) -> bool:
-        """One greedy evaluation; saves the best model; True when the stop value is confirmed."""
+        """One greedy evaluation; saves the best model; True when the stop value is confirmed.
+
+        Learning steps of the evaluated task wait until the evaluation (and the save of a new best
+        model) is done, so the score belongs to one set of parameters and ``best/`` holds exactly
+        those. Agents keep acting meanwhile; only their learn requests queue up.
+        """
         c = self.config
         assert self.make_eval_env is not None and self._metrics is not None
         task = self.manager.tasks[self.eval_task]
         t0 = time.monotonic()
-        returns = evaluate_greedy(task, self.make_eval_env, c.eval_episodes, seed=10_000 + steps)
-        score = float(np.mean(returns))
-        confirmed = False
-        if c.stop_value is not None and score >= c.stop_value:
-            returns = evaluate_greedy(task, self.make_eval_env, c.confirm_episodes, seed=20_000 + steps)
+        with task.algorithm.model.learn_lock:
+            returns = evaluate_greedy(task, self.make_eval_env, c.eval_episodes, seed=10_000 + steps)
             score = float(np.mean(returns))
-            confirmed = score >= c.stop_value
+            confirmed = False
+            if c.stop_value is not None and score >= c.stop_value:
+                returns = evaluate_greedy(task, self.make_eval_env, c.confirm_episodes, seed=20_000 + steps)
+                score = float(np.mean(returns))
+                confirmed = score >= c.stop_value
+            if score > self.counters.best_eval:
+                self.counters.best_eval = score
+                self._save_best(steps, score)
         self.counters.evaluations.append((steps, score))
         scalars = {
             "eval/mean_return": score,
@@ -243,9 +252,6 @@ class Trainer:
             "eval/episodes": float(len(returns)),
             "time/eval_s": time.monotonic() - t0,
         }
-        if score > self.counters.best_eval:
-            self.counters.best_eval = score
-            self._save_best(steps, score)
         scalars["eval/best_return"] = self.counters.best_eval
         self._metrics.log(steps, scalars)
         logger.info("eval at %d steps: mean return %.1f (best %.1f)", steps, score, self.counters.best_eval)
