@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -187,9 +188,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``parl`` command; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(message)s"
-    )
+    # `python -m parl` puts the working directory on sys.path, the installed `parl` script does not:
+    # do it here too, so `parl train my_package.my_module:EXPERIMENT` finds the user's module either way.
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    level = logging.INFO if args.verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s")
+    # Importing paddle later sets the root logger to INFO with a handler of its own: the level of
+    # parl's loggers keeps their INFO lines out of the output unless -v asks for them.
+    logging.getLogger("parl").setLevel(level)
     try:
         code: int = args.func(args)
     except (CLIError, ValueError, FileNotFoundError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,34 @@ def test_list_and_python_dash_m(capsys) -> None:
         [sys.executable, "-m", "parl", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and "train" in done.stdout and "eval" in done.stdout and "plot" in done.stdout
+
+
+def test_the_installed_parl_command_trains_evaluates_and_plots_from_any_directory(tmp_path) -> None:
+    """The console script (what `pip install` puts on PATH), run outside the checkout, end to end."""
+    script = Path(sys.executable).with_name("parl")
+    assert script.exists(), f"no parl console script next to {sys.executable}: is parl installed (pip install -e .)?"
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    # a user's own experiment module in the working directory, found by module:ATTRIBUTE
+    (work / "my_experiment.py").write_text(
+        f"import sys\nsys.path.append({str(ROOT)!r})\n"
+        "from examples.cartpole_a2c.experiment import A2C_EXPERIMENT as EXPERIMENT\n"
+    )
+
+    def parl_command(*argv: str) -> str:
+        done = subprocess.run(
+            [str(script), *argv], cwd=work, capture_output=True, text=True, timeout=150,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    out = parl_command("train", "cartpole_a2c", "--run-dir", "runs/a2c", "--no-progress",
+                       "--set", "train.max_steps=400", *TINY)  # fmt: skip
+    assert "cartpole_a2c: 400 env steps" in out
+    assert "mean greedy return" in parl_command("eval", "runs/a2c", "--episodes", "2")
+    assert "learning curves" in parl_command("plot", "runs/a2c")
+    assert (work / "runs" / "a2c" / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
+    out = parl_command("train", "my_experiment:EXPERIMENT", "--run-dir", "runs/mine", "--no-progress",
+                       "--set", "train.max_steps=300", "--set", "train.eval_every=0", *TINY[2:])  # fmt: skip
+    assert "300 env steps" in out

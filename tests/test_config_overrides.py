@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import enum
+import inspect
+import textwrap
+import typing
 from dataclasses import dataclass, field
 
 import pytest
@@ -82,3 +87,35 @@ def test_experiment_config_round_trips_through_json(tmp_path) -> None:
     assert config_to_dict(again) == data
     with pytest.raises(ValueError, match="unknown fields \\['bogus'\\]"):
         config_from_dict(CartPoleOnPolicyConfig, {**data, "bogus": 1})
+
+
+CONFIG_CLASSES = [
+    parl.ManagerConfig, parl.FaultConfig, parl.WrapperConfig, parl.OnPolicyConfig, parl.ExpReplayConfig,
+    parl.DQNConfig, parl.A2CConfig, parl.PPOConfig, parl.DDPGConfig, parl.TD3Config, parl.SACConfig,
+    parl.TrainConfig,
+]  # fmt: skip
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """Field name -> the string literal right under its annotation in the class body."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for stmt, after in zip(body, [*body[1:], None]):
+        documented = isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and documented:
+            docs[stmt.target.id] = str(after.value.value)  # type: ignore[union-attr]
+    return docs
+
+
+@pytest.mark.parametrize("cls", CONFIG_CLASSES, ids=lambda c: c.__name__)
+def test_every_config_field_is_typed_documented_and_has_a_default(cls: type) -> None:
+    cls()  # every field has a default, and the defaults pass the config's own checks
+    hints = typing.get_type_hints(cls)
+    docs = _field_docs(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        assert f.name in hints, f"{cls.__name__}.{f.name} has no type"
+        doc = docs.get(f.name, "").strip()
+        assert doc, f"{cls.__name__}.{f.name} has no doc line under it"

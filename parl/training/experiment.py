@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from parl.framework.manager import Manager
@@ -64,8 +66,22 @@ EXPERIMENTS: dict[str, str] = {
 """Experiments known by name (the examples of a source checkout)."""
 
 
+def _source_checkout() -> Path | None:
+    """The root of the source checkout parl runs from, when there is one with its ``examples`` package."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "examples" / "__init__.py").is_file() else None
+
+
 def resolve_experiment(spec: str) -> Experiment:
-    """An experiment from a registered name or from ``"package.module:ATTRIBUTE"``."""
+    """An experiment from a registered name or from ``"package.module:ATTRIBUTE"``.
+
+    The registered names live in the ``examples`` package of a source checkout; it is importable
+    from any working directory (the checkout is appended to ``sys.path`` when needed).
+    """
+    if spec in EXPERIMENTS:
+        root = _source_checkout()
+        if root is not None and str(root) not in sys.path:
+            sys.path.append(str(root))
     target = EXPERIMENTS.get(spec, spec)
     if ":" not in target:
         raise ValueError(
@@ -75,9 +91,9 @@ def resolve_experiment(spec: str) -> Experiment:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = (
-            " (the named examples live in a source checkout of parl: run from its root)" if spec in EXPERIMENTS else ""
-        )
+        hint = ""
+        if spec in EXPERIMENTS:
+            hint = " (the named examples come with a source checkout of parl, not with an installed wheel)"
         raise ValueError(f"experiment {spec!r}: cannot import {module_name!r}: {exc}{hint}") from exc
     experiment = getattr(module, attr, None)
     if not isinstance(experiment, Experiment):
