@@ -295,9 +295,8 @@ def _build_parl_manager(problem: Problem, seed: int, max_steps: int) -> Any:
             max_steps,
             s["lr"],
             algorithm=algorithm,
+            config=s.get("config", {}),
         )
-        algo = manager.tasks["RL"].algorithm
-        algo.config = dataclasses.replace(algo.config, **s.get("config", {}))
     elif problem.name in ("cartpole_dqn", "acrobot_dqn"):
         manager = module.build_manager(seed=seed, max_steps=max_steps)
     else:  # another engineer's example: pass what its build_manager accepts

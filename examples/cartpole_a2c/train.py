@@ -7,35 +7,51 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import gymnasium as gym
 
 import parl
+from examples.cartpole_a2c.agent import RolloutAgent
 from examples.cartpole_a2c.model import CartPoleActorCritic
-from parl.agents import GymAgent
 from parl.algorithms.a2c import A2C, A2CConfig
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.training.evaluation_stopper import EvalStopper
 
 
 def build_manager(
-    num_agents: int, sample_interval: int, runtime: str, max_steps: int, lr: float, algorithm: str = "ppo"
+    num_agents: int,
+    sample_interval: int,
+    runtime: str,
+    max_steps: int,
+    lr: float,
+    algorithm: str = "ppo",
+    config: Mapping[str, Any] | None = None,
 ) -> parl.Manager:
+    """``num_agents`` CartPole agents (:class:`RolloutAgent`) and one batched PPO or A2C task.
+
+    Every agent sends ``sample_interval`` transitions at a time (across episode ends), and a
+    learning call waits for all of them: ``num_agents * sample_interval`` rows per update, the
+    shape of a vector-env learner with ``num_agents`` envs. ``config`` sets other fields of
+    :class:`PPOConfig` or :class:`A2CConfig` (``{"epochs": 10}``).
+    """
+    fields = dict(config or {})
     algo: parl.Algorithm
     if algorithm == "ppo":
-        algo = PPO(lambda: CartPoleActorCritic(), PPOConfig(lr=lr))
+        algo = PPO(lambda: CartPoleActorCritic(), PPOConfig(lr=lr, **fields))
     else:
-        algo = A2C(lambda: CartPoleActorCritic(), A2CConfig(lr=lr))
+        algo = A2C(lambda: CartPoleActorCritic(), A2CConfig(lr=lr, **fields))
     task = parl.TaskConfig(
         "RL",
         algorithm=algo,
         helper=parl.OnPolicyHelper,
-        helper_config=parl.OnPolicyConfig(sample_interval=sample_interval),
+        helper_config=parl.OnPolicyConfig(sample_interval=sample_interval, learn_trigger=parl.LearnTrigger.AGENT),
         wrapper=parl.WrapperConfig(min_train_batch_size=num_agents * sample_interval, train_max_wait_s=0.05),
     )
     return parl.Manager(
         [task],
-        GymAgent,
+        RolloutAgent,
         lambda i: gym.make("CartPole-v1"),
         parl.ManagerConfig(num_agents=num_agents, runtime=runtime, max_steps=max_steps),
     )

@@ -7,10 +7,11 @@ in ``tests/test_recurrent.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import paddle
+from paddle import _C_ops
 
 __all__ = [
     "td_target",
@@ -23,6 +24,7 @@ __all__ = [
     "unroll_sequences",
     "categorical_log_prob",
     "categorical_entropy",
+    "clip_grad_norm_",
 ]
 
 
@@ -65,14 +67,16 @@ def gae_advantages(delta_t: np.ndarray, segment_end_t: np.ndarray, gamma: float,
     bootstraps at every segment end. Rows of several agents may be
     concatenated: the chain never crosses a row with ``segment_end_t`` set.
     """
-    delta_t = np.asarray(delta_t, dtype=np.float64)
-    cont = 1.0 - np.asarray(segment_end_t, dtype=np.float64)
-    adv = np.zeros_like(delta_t)
+    delta = np.asarray(delta_t, dtype=np.float64).reshape(-1).tolist()
+    ends = np.asarray(segment_end_t).reshape(-1).astype(bool).tolist()
+    decay = gamma * lam
+    adv = [0.0] * len(delta)
     running = 0.0
-    for t in range(delta_t.shape[0] - 1, -1, -1):
-        running = delta_t[t] + gamma * lam * cont[t] * running
+    # Plain floats: a Python loop over numpy scalars costs several times more per row.
+    for t in range(len(delta) - 1, -1, -1):
+        running = delta[t] + (0.0 if ends[t] else decay * running)
         adv[t] = running
-    return adv.astype(np.float32)
+    return np.asarray(adv, dtype=np.float32).reshape(np.shape(delta_t))
 
 
 def n_step_return(
@@ -225,3 +229,23 @@ def categorical_entropy(logits: paddle.Tensor) -> paddle.Tensor:
     """Entropy ``[B]`` of categorical distributions given by ``logits`` ``[B, A]``."""
     logp_all = paddle.nn.functional.log_softmax(logits, axis=-1)
     return -(logp_all.exp() * logp_all).sum(axis=-1)
+
+
+def clip_grad_norm_(parameters: Sequence[paddle.Tensor], max_norm: float) -> float:
+    """Scale the gradients of ``parameters`` in place so that their global L2 norm is at most ``max_norm``.
+
+    Returns the norm before clipping. Parameters without a gradient are
+    skipped. The same rule as ``paddle.nn.ClipGradByGlobalNorm`` (scale by
+    ``max_norm / norm`` when ``norm > max_norm``), in fewer ops: one squared
+    norm per gradient, one sum, and the scaling only when it changes anything.
+    """
+    grads = [g for g in (p.grad for p in parameters) if g is not None]
+    if not grads:
+        return 0.0
+    with paddle.no_grad():
+        norm = float(paddle.add_n([_C_ops.squared_l2_norm(g) for g in grads]).sqrt().reshape([]))
+        if norm > max_norm:
+            scale = max_norm / (norm + 1e-6)
+            for g in grads:
+                g.scale_(scale)
+    return norm

@@ -11,6 +11,7 @@ import paddle
 from parl.algorithms.functional import (
     categorical_entropy,
     categorical_log_prob,
+    clip_grad_norm_,
     gae_advantages,
     sequence_starts,
     unroll_sequences,
@@ -94,10 +95,12 @@ class PPO(Algorithm):
         if len(specs) != 1 or specs[0].shape != () or specs[0].np_dtype.kind not in "iu":
             raise ValueError(f"PPO needs exactly one scalar integer action field, the model declares {specs}")
         self.action_name = specs[0].name
-        clip = paddle.nn.ClipGradByGlobalNorm(self.config.max_grad_norm) if self.config.max_grad_norm > 0 else None
-        self.optimizer = paddle.optimizer.Adam(
-            learning_rate=self.config.lr, parameters=self.model.parameters(), grad_clip=clip
-        )
+        # Gradients are clipped by clip_grad_norm_ (same rule as paddle's ClipGradByGlobalNorm, fewer ops).
+        # Not the multi-tensor Adam: it fails when a parameter of the model has no gradient (a model
+        # shared with another task's heads).
+        self._params = list(self.model.parameters())
+        self.adam = paddle.optimizer.Adam(learning_rate=self.config.lr, parameters=self._params)
+        self.optimizer = self.adam
         self.rng = np.random.default_rng(self.config.seed)
         self.learn_steps = 0
         self.recurrent = bool(self.model.state_specs())
@@ -198,7 +201,11 @@ class PPO(Algorithm):
         """
         with paddle.no_grad():
             if not self.recurrent:
-                return self._value(batch.inputs), self._value(batch.next_inputs)
+                # One call on [inputs; next_inputs] instead of two.
+                both = {k: paddle.concat([v, batch.next_inputs[k]]) for k, v in batch.inputs.items()}
+                v = self._value(both)
+                size = batch.size
+                return v[:size], v[size:]
             size = batch.size
             seg = batch.segment_end.numpy().astype(bool) if batch.segment_end is not None else np.ones(size, bool)
             _, states_t, states_tp1 = self.unroll(batch.inputs, batch.states, seg)
@@ -206,51 +213,96 @@ class PPO(Algorithm):
 
     def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
         c = self.config
-        reward = next(iter(batch.rewards.values())).reshape([-1])
-        v_t, v_tp1 = self.values(batch)
-        delta = reward + c.gamma * (1.0 - batch.terminal) * v_tp1 - v_t
-        size = int(delta.shape[0])
-        seg = batch.segment_end.numpy() if batch.segment_end is not None else np.ones(size, np.float32)
-        adv = gae_advantages(delta.numpy(), seg, c.gamma, c.gae_lambda)
-        returns = adv + v_t.numpy()
-        old_logp = batch.extras["logp"].numpy()
-        actions = batch.actions[self.action_name].numpy()
-        inputs_np = {k: v.numpy() for k, v in batch.inputs.items()}
-        states_np = {k: v.numpy() for k, v in batch.states.items()}
-        stats: dict[str, list[float]] = {k: [] for k in ("loss", "policy_loss", "value_loss", "entropy", "kl", "clip")}
+        size = batch.size
+        v_t, v_tp1 = (v.numpy() for v in self.values(batch))
+        reward = next(iter(batch.rewards.values())).numpy().reshape(-1)
+        terminal = batch.terminal.numpy().reshape(-1)
+        delta = reward + c.gamma * (1.0 - terminal) * v_tp1 - v_t
+        seg = batch.segment_end.numpy().astype(bool) if batch.segment_end is not None else np.ones(size, bool)
+        adv = gae_advantages(delta, seg, c.gamma, c.gae_lambda)
+        returns = adv + v_t
+        # Per-row tensors stay on the paddle side; a minibatch gathers its rows (no numpy round trip).
+        actions = batch.actions[self.action_name]
+        old_logp = batch.extras["logp"]
+        returns_t = paddle.to_tensor(returns)
+        whole = not self.recurrent and c.minibatch_size >= size
+        if whole:
+            # One minibatch holds every row: the order does not matter, so skip shuffling and gathers.
+            neg_adv_t = paddle.to_tensor(-_standardized(adv) if c.normalize_advantages else -adv)
+        lo, hi = 1.0 - c.clip_range, 1.0 + c.clip_range
+        parts: list[paddle.Tensor] = []
         for _ in range(c.epochs):
-            for idx, mb_seg in self._minibatches(size, seg.astype(bool)):
-                mb_adv = adv[idx]
-                if c.normalize_advantages and idx.size > 1:
-                    mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                mb_inputs = {k: paddle.to_tensor(v[idx]) for k, v in inputs_np.items()}
-                mb_states = {k: paddle.to_tensor(v[idx]) for k, v in states_np.items()}
+            batches = [(None, seg)] if whole else self._minibatches(size, seg)
+            for idx, mb_seg in batches:
+                if idx is None:
+                    mb_inputs, mb_states, mb_actions, mb_old_logp, mb_returns = (
+                        batch.inputs,
+                        batch.states,
+                        actions,
+                        old_logp,
+                        returns_t,
+                    )
+                    mb_neg_adv = neg_adv_t
+                else:
+                    rows = paddle.to_tensor(idx)
+                    mb_inputs = {k: paddle.gather(v, rows) for k, v in batch.inputs.items()}
+                    mb_states = {k: paddle.gather(v, rows) for k, v in batch.states.items()}
+                    mb_actions, mb_old_logp = paddle.gather(actions, rows), paddle.gather(old_logp, rows)
+                    mb_returns = paddle.gather(returns_t, rows)
+                    mb_adv = adv[idx]
+                    if c.normalize_advantages and idx.size > 1:
+                        mb_adv = _standardized(mb_adv)
+                    mb_neg_adv = paddle.to_tensor(-mb_adv)
                 logits, mb_states_t, _ = self.unroll(mb_inputs, mb_states, mb_seg)
-                logp = categorical_log_prob(logits, paddle.to_tensor(actions[idx]))
-                log_ratio = logp - paddle.to_tensor(old_logp[idx])
-                ratio = log_ratio.exp()
-                mb_adv_t = paddle.to_tensor(mb_adv)
-                surrogate = paddle.minimum(
-                    ratio * mb_adv_t, paddle.clip(ratio, 1.0 - c.clip_range, 1.0 + c.clip_range) * mb_adv_t
-                )
-                policy_loss = -surrogate.mean()
-                value_loss = ((self._value(mb_inputs, mb_states_t) - paddle.to_tensor(returns[idx])) ** 2).mean()
-                entropy = categorical_entropy(logits).mean()
-                loss = policy_loss + c.value_coef * value_loss - c.entropy_coef * entropy
-                self.apply_gradients(loss, self.optimizer)
-                with paddle.no_grad():
-                    stats["loss"].append(float(loss))
-                    stats["policy_loss"].append(float(policy_loss))
-                    stats["value_loss"].append(float(value_loss))
-                    stats["entropy"].append(float(entropy))
-                    stats["kl"].append(float(((ratio - 1.0) - log_ratio).mean()))
-                    stats["clip"].append(float(((ratio - 1.0).abs() > c.clip_range).astype("float32").mean()))
+                ratio = paddle.exp(categorical_log_prob(logits, mb_actions) - mb_old_logp)
+                # -min(r * A, clip(r) * A) = max(r * -A, clip(r) * -A)
+                policy_loss = paddle.maximum(ratio * mb_neg_adv, paddle.clip(ratio, lo, hi) * mb_neg_adv).mean()
+                value_loss = (self._value(mb_inputs, mb_states_t) - mb_returns).square().mean()
+                loss = policy_loss + c.value_coef * value_loss
+                if c.entropy_coef != 0.0:
+                    loss = loss - c.entropy_coef * categorical_entropy(logits).mean()
+                self._step(loss)
+                parts.append(paddle.stack([loss.detach(), policy_loss.detach(), value_loss.detach()]))
         self.learn_steps += 1
-        out = {k: paddle.to_tensor(np.float32(np.mean(v))) for k, v in stats.items() if k not in ("kl", "clip")}
-        out["approx_kl"] = paddle.to_tensor(np.float32(np.mean(stats["kl"])))
-        out["clip_fraction"] = paddle.to_tensor(np.float32(np.mean(stats["clip"])))
+        means = paddle.stack(parts).mean(axis=0).numpy()
+        out = {k: paddle.to_tensor(means[i]) for i, k in enumerate(("loss", "policy_loss", "value_loss"))}
+        out.update(self._policy_change(batch, seg))
         out["advantage"] = paddle.to_tensor(adv)
         return out
+
+    def _step(self, loss: paddle.Tensor) -> None:
+        """Back-propagate, clip the global gradient norm, step Adam under ``param_lock``."""
+        optimizer = self.adam
+        loss.backward()
+        if self.config.max_grad_norm > 0:
+            clip_grad_norm_(self._params, self.config.max_grad_norm)
+        with self.model.param_lock:
+            optimizer.step()
+        optimizer.clear_grad()
+
+    def _policy_change(self, batch: TrainingBatch, seg: np.ndarray) -> dict[str, paddle.Tensor]:
+        """``entropy``, ``approx_kl`` and ``clip_fraction`` of the updated policy on the whole batch.
+
+        One forward pass without gradient after the last epoch, against the
+        behaviour log-probabilities (numpy from there on: a handful of values).
+        """
+        c = self.config
+        with paddle.no_grad():
+            logits, _, _ = self.unroll(batch.inputs, batch.states, seg)
+            logp_all = paddle.nn.functional.log_softmax(logits, axis=-1).numpy().astype(np.float64)
+        actions = batch.actions[self.action_name].numpy().reshape(-1)
+        log_ratio = logp_all[np.arange(actions.size), actions] - batch.extras["logp"].numpy().reshape(-1)
+        ratio = np.exp(log_ratio)
+        entropy = -(np.exp(logp_all) * logp_all).sum(axis=-1).mean()
+        return {
+            "entropy": paddle.to_tensor(np.float32(entropy)),
+            "approx_kl": paddle.to_tensor(np.float32(((ratio - 1.0) - log_ratio).mean())),
+            "clip_fraction": paddle.to_tensor(np.float32((np.abs(ratio - 1.0) > c.clip_range).mean())),
+        }
+
+
+def _standardized(x: np.ndarray) -> np.ndarray:
+    return ((x - x.mean()) / (x.std() + 1e-8)).astype(np.float32)
 
 
 def _sequence_group(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
