@@ -143,12 +143,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from parl.training.experiment import EXPERIMENTS, resolve_experiment
 
+    width = max(len(name) for name in EXPERIMENTS) + 2
     for name in sorted(EXPERIMENTS):
         try:
             description = resolve_experiment(name).description
         except ValueError as exc:
             description = f"(unavailable: {exc})"
-        print(f"{name:16s} {description}")
+        print(f"{name:{width}s}{description}")
     return 0
 
 

@@ -62,6 +62,11 @@ class Experiment:
 EXPERIMENTS: dict[str, str] = {
     "cartpole_ppo": "examples.cartpole_a2c.experiment:PPO_EXPERIMENT",
     "cartpole_a2c": "examples.cartpole_a2c.experiment:A2C_EXPERIMENT",
+    "cartpole_dqn": "examples.cartpole_dqn_many.experiment:CARTPOLE_DQN_EXPERIMENT",
+    "acrobot_dqn": "examples.acrobot_dqn.experiment:ACROBOT_DQN_EXPERIMENT",
+    "pendulum_td3": "examples.pendulum_td3.experiment:PENDULUM_TD3_EXPERIMENT",
+    "pendulum_sac": "examples.pendulum_sac.experiment:PENDULUM_SAC_EXPERIMENT",
+    "cartpole_recurrent": "examples.cartpole_recurrent.experiment:RECURRENT_EXPERIMENT",
 }
 """Experiments known by name (the examples of a source checkout)."""
 
