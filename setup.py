@@ -24,6 +24,9 @@ setup(
             "hypothesis>=6",
             "ruff>=0.4",
             "mypy>=1.8",
+            # tests/test_tensorboard.py reads parl's event files with the real readers.
+            "tensorboard>=2.14",
+            "tbparse>=0.0.8",
         ],
         "plot": ["matplotlib>=3.7"],
         # The Ray runtime (ManagerConfig(runtime="ray")); nothing else imports it.
