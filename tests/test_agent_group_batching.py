@@ -9,6 +9,7 @@ import paddle
 import pytest
 from test_agent_group_fakes import (
     RUNTIMES,
+    CounterEnv,
     EchoAlgorithm,
     StepAgent,
     counter_envs,
@@ -63,6 +64,76 @@ def test_64_agents_every_prediction_answered_batched_and_exact(runtime: str) -> 
             np.testing.assert_array_equal(echo, obs * 2.0)
             np.testing.assert_array_equal(single.extras["echo"][0], echo)
     assert len(single_calls) == 64 * 20
+
+
+class LifetimeCounterEnv(CounterEnv):
+    """Observation ``[tag, steps taken in this env's life]``: every step of an agent has its own row."""
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.tag, self.steps_taken], np.float32)
+
+
+class RecordingOnPolicyHelper(parl.OnPolicyHelper):
+    """An OnPolicyHelper that keeps every chunk it sent with the answer it got."""
+
+    def __init__(self, name, comm, config=None) -> None:
+        super().__init__(name, comm, config)
+        self.sent: list[tuple[parl.TrainingBatch, parl.LearnResult]] = []
+
+    def _send(self, batch, comm=None) -> parl.LearnResult:
+        result = super()._send(batch, comm)
+        self.sent.append((batch, result))
+        return result
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_64_agents_on_policy_every_training_request_answered_batched_and_exact(runtime: str) -> None:
+    algo = EchoAlgorithm()
+    episodes, length, interval = 3, 20, 7
+    wrapper = parl.WrapperConfig(
+        max_batch_size=48, min_train_batch_size=64, max_train_batch_size=96, train_max_wait_s=0.05
+    )
+    manager = parl.Manager(
+        [
+            echo_task_config(
+                algo, helper=RecordingOnPolicyHelper, helper_config=parl.OnPolicyConfig(interval), wrapper=wrapper
+            )
+        ],
+        ThreeEpisodeAgent,
+        lambda i: LifetimeCounterEnv(tag=i, length=length),
+        parl.ManagerConfig(num_agents=64, runtime=runtime, max_seconds=60),
+    )
+    report = manager.run()
+    assert report.steps == 64 * episodes * length and report.episodes == 64 * episodes
+    chunks = rows = 0
+    for slot in manager.slots:
+        agent = slot.agent
+        assert isinstance(agent, ThreeEpisodeAgent)
+        helper = agent.helpers["RL"]
+        assert isinstance(helper, RecordingOnPolicyHelper)
+        # Chunks of 7, 7 and 6 transitions per 20-step episode (the rest is sent at the episode end).
+        assert [len(batch.terminal) for batch, _ in helper.sent] == [7, 7, 6] * episodes
+        for batch, result in helper.sent:
+            # The answer holds exactly the rows this agent sent, in order: its id and its own step counter.
+            np.testing.assert_array_equal(result.per_sample["obs_echo"], batch.inputs["obs"])
+            np.testing.assert_array_equal(result.per_sample["reward_echo"], batch.rewards["reward"])
+            np.testing.assert_array_equal(result.per_sample["action_echo"], batch.actions["action"])
+            assert len(batch.terminal) <= result.metrics["loss"] <= 96  # the size of the batch it was learned in
+        sent_obs = np.concatenate([result.per_sample["obs_echo"] for _, result in helper.sent])
+        assert (sent_obs[:, 0] == agent.agent_id).all()
+        # Every step of this agent was sent once, as one transition: its step counters are 0, 1, 2, ...
+        np.testing.assert_array_equal(sent_obs[:, 1], np.arange(episodes * length))
+        # The actions learned from are the ones the agent got from its predictions.
+        actions = np.concatenate([result.per_sample["action_echo"] for _, result in helper.sent])
+        np.testing.assert_array_equal(actions, [action for _, action, _ in agent.records])
+        chunks += len(helper.sent)
+        rows += len(sent_obs)
+    stats = report.training_stats["RL"]
+    assert chunks == 64 * episodes * 3
+    assert stats.requests == chunks  # every training request answered, each once
+    assert stats.samples == rows == report.steps == sum(algo.learn_sizes)
+    assert stats.max_batch > 1 and stats.mean_batch > interval  # requests of many agents were learned together
+    assert max(algo.learn_sizes) <= 96
 
 
 class SmallQ(parl.Model):

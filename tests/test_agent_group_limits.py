@@ -16,6 +16,7 @@ from test_agent_group_fakes import (
     counter_envs,
     echo_task_config,
     live_threads,
+    make_batch,
     threads_started_since,
 )
 
@@ -201,3 +202,84 @@ def test_a_restarted_agent_is_counted_and_logged(runtime: str, caplog: pytest.Lo
     assert report.restarts == 1 and [f.agent_id for f in report.failures] == [3]
     logged = [r for r in caplog.records if r.levelno == logging.WARNING and "agent 3 failed" in r.getMessage()]
     assert len(logged) == 1 and "restarted" in logged[0].getMessage()
+
+
+# ------------------------------------------------------------------ a task call that outlasts stop()
+
+
+def _new_thread_named(name: str, before: set[threading.Thread]) -> threading.Thread:
+    (thread,) = [t for t in threading.enumerate() if t.name == name and t not in before]
+    return thread
+
+
+def test_wrapper_stop_names_a_loop_stuck_in_learn_which_then_ends_without_new_work() -> None:
+    before = live_threads()
+    algo = EchoAlgorithm(learn_sleep=2.0)
+    wrapper = _wrapper(parl.WrapperConfig(poll_s=0.01, train_max_wait_s=0.0), algo)
+    comms = [wrapper.create_communicator(i) for i in range(2)]
+    wrapper.start()
+    comms[0].put_training_data(make_batch(_rows(0, 3), np.zeros(3)))
+    deadline = time.monotonic() + 5.0
+    while not algo.learn_sizes and time.monotonic() < deadline:  # the loop is now inside learn for 2 s
+        time.sleep(0.01)
+    assert algo.learn_sizes == [3]
+    comms[1].put_training_data(make_batch(_rows(1, 2), np.ones(2)))  # queued behind the running call
+    start = time.monotonic()
+    lingering = wrapper.stop(timeout=0.3)
+    stop_s = time.monotonic() - start
+    assert stop_s < 0.8, stop_s
+    assert lingering == ["parl-RL-train"]  # the prediction loop ended; the training loop is inside learn
+    train_thread = _new_thread_named("parl-RL-train", before)
+    with pytest.raises(parl.RunStopped, match="stopped"):  # answered by stop(), not by the stuck loop
+        comms[1].get_training_return()
+    # A request reaching the queue after stop() answered it (a put racing the stop) is answered by the
+    # loop itself when its call returns, with RunStopped; the loop learns nothing more.
+    wrapper.training_q.put((comms[1], make_batch(_rows(1, 4), np.ones(4))))
+    assert train_thread.is_alive()
+    train_thread.join(5.0)
+    assert not train_thread.is_alive()
+    result = comms[0].get_training_return()  # the call that outlived stop() still answered its agent
+    np.testing.assert_array_equal(result.per_sample["obs_echo"], _rows(0, 3))
+    with pytest.raises(parl.RunStopped, match="stopped"):  # an answer in the queue, not check_alive's
+        comms[1].get_training_return()
+    assert algo.learn_sizes == [3]
+    assert threads_started_since(before, grace_s=0.5) == []
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_manager_stop_reports_and_logs_a_wrapper_thread_stuck_in_a_task_call(
+    runtime: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = live_threads()
+    algo = EchoAlgorithm(learn_sleep=4.0)  # longer than both stops below (each gives the wrappers 1 s of its 2 s)
+    manager = parl.Manager(
+        [echo_task_config(algo, helper=parl.OnPolicyHelper, helper_config=parl.OnPolicyConfig(sample_interval=2))],
+        StepAgent,
+        counter_envs(length=50),
+        parl.ManagerConfig(num_agents=4, runtime=runtime, max_seconds=60),
+    )
+    reports: list[parl.RunReport] = []
+    runner = threading.Thread(target=lambda: reports.append(manager.run()), name="test-runner")
+    with caplog.at_level(logging.WARNING, logger="parl"):
+        runner.start()
+        deadline = time.monotonic() + 10.0
+        while not algo.learn_sizes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(algo.learn_sizes) == 1  # the training loop is inside its first learn call
+        start = time.monotonic()
+        leaked = manager.stop()
+        stop_s = time.monotonic() - start
+        assert stop_s < 2.0, stop_s
+        assert leaked == ["parl-RL-train"]
+        train_thread = _new_thread_named("parl-RL-train", before)
+        assert train_thread.is_alive()
+        runner.join(5.0)
+    assert not runner.is_alive() and reports
+    # run()'s own stop (after ours, within about 2 s of the call's start) also found the call running.
+    assert reports[0].leaked_threads == ["parl-RL-train"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("'RL'" in m and "parl-RL-train" in m and "task call" in m for m in warnings), warnings
+    train_thread.join(5.0)
+    assert not train_thread.is_alive()
+    assert len(algo.learn_sizes) == 1  # no new learning call after the stop
+    assert threads_started_since(before, grace_s=0.5) == []

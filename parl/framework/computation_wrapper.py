@@ -251,17 +251,26 @@ class ComputationWrapper:
             self._threads.append(t)
             t.start()
 
-    def stop(self, timeout: float = 1.0) -> None:
+    def stop(self, timeout: float = 1.0) -> list[str]:
         """Stop both loops and answer every request still queued with ``RunStopped``.
 
-        The loops notice the stop within ``WrapperConfig.poll_s`` unless they are inside a task
-        call; the threads are joined for at most ``timeout`` seconds.
+        Returns the names of the loop threads still alive after ``timeout`` seconds (an empty
+        list when both have ended). The loops notice the stop within ``WrapperConfig.poll_s``
+        unless they are inside a task call (``predict`` or ``learn``); the threads are joined
+        for at most ``timeout`` seconds in all, then ``stop`` returns. Python cannot interrupt
+        a call, so a loop still inside one outlives ``stop``; it starts no new call: when its
+        call returns it answers that call's agents, answers anything queued since with
+        ``RunStopped``, and its thread ends.
         """
         self._stop.set()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        self._fail_pending(RunStopped(f"task {self.task.name!r} stopped"), "")
+        self._fail_pending(self._stopped(), "")
+        return [t.name for t in self._threads if t.is_alive()]
+
+    def _stopped(self) -> RunStopped:
+        return RunStopped(f"task {self.task.name!r} stopped")
 
     # ---------------------------------------------------------------- loops
     def _guard(self, loop: Callable[[], None]) -> Callable[[], None]:
@@ -356,9 +365,13 @@ class ComputationWrapper:
         c = self.config
         while not self._stop.is_set():
             items = self._collect(self.prediction_q, carry, c.max_batch_size, 1, c.max_wait_s, linger=True)
+            if self._stop.is_set():
+                # Stopping: no new task call; what was taken is answered with RunStopped.
+                self._requeue(self.prediction_q, items, carry)
+                break
             if items:
                 self._serve_guarded(items, "predict")
-        self._requeue(self.prediction_q, [], carry)
+        self._end_loop(self.prediction_q, carry)
 
     def _training_loop(self) -> None:
         carry: list[TrainItem] = []
@@ -367,14 +380,24 @@ class ComputationWrapper:
             items = self._collect(
                 self.training_q, carry, c.max_train_batch_size, c.min_train_batch_size, c.train_max_wait_s, False
             )
-            if not items:
-                continue
-            if self._stop.is_set() and _total_samples(items) < c.min_train_batch_size:
-                # Stopping while waiting for more data: do not learn from a partial batch.
+            if self._stop.is_set():
+                # Stopping: no new learning call, not even on a full batch; what was taken gets RunStopped.
                 self._requeue(self.training_q, items, carry)
-                return
-            self._serve_guarded(items, "learn")
-        self._requeue(self.training_q, [], carry)
+                break
+            if items:
+                self._serve_guarded(items, "learn")
+        self._end_loop(self.training_q, carry)
+
+    def _end_loop(self, q: queue.SimpleQueue[Any], carry: list[Any]) -> None:
+        """Put back what a stopping loop took but did not serve, and answer every queued request.
+
+        ``stop`` answers the queues once it has joined the loops; a loop that was still inside a
+        task call then gets here only when the call returns, so it answers (with ``RunStopped``)
+        whatever was queued or carried since, leaving no request unanswered.
+        """
+        self._requeue(q, [], carry)
+        if self._stop.is_set():
+            self._fail_pending(self._stopped(), "")
 
     def _serve_guarded(self, items: Sequence[Any], kind: str) -> None:
         """Serve ``items``; if serving itself fails (not the task), answer them and re-raise."""
@@ -459,7 +482,3 @@ def _samples(request: Any) -> int:
     if isinstance(request, PredictRequest):
         return request.samples
     return int(request.size)
-
-
-def _total_samples(items: Sequence[tuple[Communicator, Any]]) -> int:
-    return sum(_samples(r) for _, r in items)

@@ -150,6 +150,8 @@ class RunReport:
     restarts: int
     faults: FaultStats = field(default_factory=FaultStats)
     """Env errors and hangs absorbed, episodes cut, workers lost."""
+    leaked_threads: list[str] = field(default_factory=list)
+    """Threads still running when the run's stop returned (see :meth:`Manager.stop`); also logged as a warning."""
 
     @property
     def all_returns(self) -> list[float]:
@@ -186,8 +188,9 @@ class Manager:
         manager.tasks["RL"].save("rl.ckpt")
 
     Where agents run is the manager's choice (``ManagerConfig.runtime``);
-    the agent class does not change. ``run`` always stops every thread it
-    started before returning or raising.
+    the agent class does not change. ``run`` always stops what it started
+    before returning or raising; a thread blocked in a call that outlasts the
+    stop timeout is named in the report and logged (see :meth:`stop`).
     """
 
     def __init__(
@@ -220,6 +223,8 @@ class Manager:
         """Helper states to load into agents as they are built (set when a run resumes from a checkpoint)."""
         self.start_counters: tuple[int, int] = (0, 0)
         """(env steps, episodes) a run starts from: set by a resumed run, so budgets are totals."""
+        self.leaked_threads: list[str] = []
+        """Threads still running when the last :meth:`stop` returned."""
         self._running = False
         self._lock = threading.Lock()
 
@@ -335,7 +340,7 @@ class Manager:
                     break
             control.request_stop()
         finally:
-            self.stop()
+            leaked = self.stop()
             self._running = False
         seconds = time.monotonic() - start
         dead = [w for w in self.wrappers.values() if w.error is not None]
@@ -362,23 +367,42 @@ class Manager:
             failures=list(control.failures),
             restarts=control.restarts,
             faults=control.faults,
+            leaked_threads=leaked,
         )
 
-    def stop(self) -> None:
-        """Stop agents and wrappers; every thread started by this manager ends within the stop timeout."""
+    def stop(self) -> list[str]:
+        """Stop agents and wrappers within ``stop_timeout_s``; return the names of threads still running.
+
+        Every thread this manager started is told to stop and joined until the timeout, then
+        ``stop`` returns. Python cannot interrupt a thread, so one blocked in a call that has not
+        returned by then (an env step, or a task's ``predict``/``learn`` in a wrapper loop) is left
+        running: its name is in the returned list (and in :attr:`RunReport.leaked_threads`, and in
+        :attr:`leaked_threads`) and in a logged warning. A wrapper loop starts no new task call after
+        the stop: it answers its agents when its call returns, and its thread ends.
+        """
         deadline = time.monotonic() + self.config.stop_timeout_s
         if self.control is not None:
             self.control.request_stop()
-        for w in self.wrappers.values():
-            w.stop(timeout=max(0.05, (deadline - time.monotonic()) / 2))
         leaked: list[str] = []
+        for name, w in self.wrappers.items():
+            lingering = w.stop(timeout=max(0.05, (deadline - time.monotonic()) / 2))
+            if lingering:
+                logger.warning(
+                    "task %r: wrapper threads still inside a task call after stop (they end when it returns): %s",
+                    name,
+                    lingering,
+                )
+            leaked += lingering
+        runtime_leaked: list[str] = []
         if self.runtime is not None:
-            leaked = self.runtime.stop(max(0.05, deadline - time.monotonic()))
+            runtime_leaked = self.runtime.stop(max(0.05, deadline - time.monotonic()))
         for slot in self.slots:
             if slot.agent is not None:
                 try:
                     slot.agent.close()
                 except Exception:  # noqa: BLE001 - closing a broken env must not hide the run's outcome
                     logger.debug("closing agent %d failed", slot.agent_id, exc_info=True)
-        if leaked:
-            logger.warning("threads still running after stop (blocked in an env?): %s", leaked)
+        if runtime_leaked:
+            logger.warning("threads still running after stop (blocked in an env?): %s", runtime_leaked)
+        self.leaked_threads = leaked + runtime_leaked
+        return list(self.leaked_threads)
