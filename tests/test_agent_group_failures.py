@@ -99,6 +99,8 @@ def test_exception_in_a_helper_reaches_the_caller(runtime: str) -> None:
     assert isinstance(err.original, RuntimeError)
     assert f"helper of agent {err.agent_id} cannot learn" in str(err)
     assert "in learn" in err.traceback_text
+    # The error came from the helper of task "RL": the caller is told which task.
+    assert err.task == "RL" and "task 'RL'" in str(err)
 
 
 # ------------------------------------------------------------------ task code
@@ -273,7 +275,8 @@ def test_wrong_input_shape_is_a_value_error_naming_agent_task_field(runtime: str
     assert isinstance(err.original, ValueError)
     msg = str(err.original)
     assert "agent 3" in msg and "task 'RL'" in msg and "'obs'" in msg
-    assert "expected shape (B, 2)" in msg and "got (1, 3)" in msg
+    # helper.predict takes one sample without a batch axis, and the message says so.
+    assert "expected shape (2,)" in msg and "got (3,)" in msg
 
 
 class WrongDtypeActionAgent(StepAgent):

@@ -48,13 +48,17 @@ class GymAgent(Agent):
 
     def run_one_episode(self) -> float:
         helper = self.helpers[self.task_name]
-        key, dtype = self._obs_spec.name, self._obs_spec.np_dtype
+        key, act_name, dtype = self._obs_spec.name, self._act_name, self._obs_spec.np_dtype
+        # Bound once: this loop runs once per env step of every agent.
+        predict, env_step, store_data = helper.predict, self.env_step, helper.store_data
         obs = np.asarray(self.reset_env(), dtype=dtype)
         while True:
-            action = helper.predict({key: obs})[self._act_name]
-            step = self.env_step(action)
-            helper.store_data({key: obs}, {self._act_name: action}, step.reward)
-            obs = np.asarray(step.obs, dtype=dtype)
-            if step.done:
+            action = predict({key: obs})[act_name]
+            step = env_step(action)
+            store_data({key: obs}, {act_name: action}, step.reward)
+            obs = step.obs
+            if type(obs) is not np.ndarray or obs.dtype != dtype:
+                obs = np.asarray(obs, dtype=dtype)
+            if step.terminated or step.truncated:
                 helper.store_final({key: obs}, step.terminated)
                 return self.episode_return

@@ -26,7 +26,7 @@ class StepBudget(Protocol):
         ...
 
 
-@dataclass
+@dataclass(slots=True)
 class StepResult:
     """The outcome of one action step (``K`` time steps with action repetition ``K``)."""
 
@@ -116,8 +116,18 @@ class Agent:
 
     def env_step(self, action: Any) -> StepResult:
         """Apply ``action`` for ``action_repeat`` time steps; return the last observation and summed reward."""
-        if self.env is None:
+        env = self.env
+        if env is None:
             raise RuntimeError(f"agent {self.agent_id} has no environment")
+        if self.action_repeat == 1 and self.step_budget is None:
+            # The common case, without the repetition loop (this runs once per agent step).
+            step_obs, reward, terminated, truncated, step_info = env.step(action)
+            r, term, trunc = float(reward), bool(terminated), bool(truncated)
+            self.episode_return += r
+            self.episode_steps += 1
+            self.total_steps += 1
+            self.episode_ended = term or trunc
+            return StepResult(step_obs, r, term, trunc, step_info if type(step_info) is dict else dict(step_info), 1)
         total = 0.0
         obs: Any = None
         terminated = truncated = False
@@ -130,7 +140,7 @@ class Agent:
                     raise RunStopped(f"agent {self.agent_id}: the run's step budget is spent")
                 break  # the budget ends this action's repetition early
             try:
-                obs, reward, terminated, truncated, info = self.env.step(action)
+                obs, reward, terminated, truncated, info = env.step(action)
             except BaseException:
                 if budget is not None:
                     budget.release_step()  # a step that did not happen does not use the budget

@@ -16,7 +16,7 @@ from parl.algorithms.functional import n_step_return
 from parl.data.prioritized_replay import PrioritizedReplayBuffer
 from parl.data.replay_buffer import ReplayBuffer
 from parl.data.specs import FieldSpec, SpecError, check_fields, zeros_for
-from parl.framework.communicator import Communicator, ThreadReturnQueue
+from parl.framework.communicator import Communicator, ThreadReturnQueue, slice_prediction
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
@@ -100,13 +100,22 @@ class AgentHelper:
         # The states used by the latest prediction, until store_data consumes them (None: none pending).
         self._pre_states: dict[str, np.ndarray] | None = None
         self._prev: dict[str, Any] | None = None
-        self.last_prediction: Prediction | None = None
+        # The latest prediction: the batch it came in and this agent's row (None: the whole of it).
+        self._pred: Prediction | None = None
+        self._row: int | None = None
         # A helper that does not override on_transition has no use for transitions: skip building them.
         self._wants_transitions = type(self).on_transition is not AgentHelper.on_transition
-        self._accepted: dict[str, tuple[Any, np.ndarray]] = {}
+        # ... and one that overrides neither hook only validates what store_data is given.
+        self._consumes_nothing = not self._wants_transitions and (
+            type(self).on_episode_end is AgentHelper.on_episode_end
+        )
+        # The (key, object) pairs the latest predict was given, and the arrays the task accepted for them.
+        self._accepted_pairs: tuple[tuple[str, Any], ...] = ()
+        self._accepted: dict[str, np.ndarray] = {}
         self._input_dtypes = {spec.name: spec.np_dtype for spec in self.input_specs}
         self._returned_actions: dict[str, Any] = {}
         self._action_dtypes = {spec.name: spec.np_dtype for spec in self.action_specs}
+        self._only_action = self.action_specs[0].name if len(self.action_specs) == 1 else None
         # One scalar reward field: a float reward is stored without the general check.
         only = self.reward_specs[0] if len(self.reward_specs) == 1 else None
         self._scalar_reward = only if only is not None and only.shape == () and only.np_dtype.kind == "f" else None
@@ -127,20 +136,34 @@ class AgentHelper:
     # ------------------------------------------------------------ predict
     def predict(self, inputs: Mapping[str, Any], explore: bool = True) -> dict[str, np.ndarray]:
         """This agent's actions for one sample of ``inputs`` (arrays without a batch axis)."""
-        batched = {k: np.asarray(v)[None] for k, v in inputs.items()}
-        self.comm.put_prediction_data(batched, self.states, explore)
-        pred = self.comm.get_prediction_return()
-        self.last_prediction = pred
+        comm = self.comm
+        checked = comm.put_prediction_sample(inputs, self.states, explore)
+        pred, row = comm.get_prediction_row()
+        self._pred, self._row = pred, row
         # The task accepted exactly these arrays (specs on entry, NaN/inf on the packed batch), so
         # store_data of the same objects need not check them again.
-        self._accepted = {k: (v, b[0]) for (k, v), b in zip(inputs.items(), batched.values())}
+        self._accepted_pairs = tuple(inputs.items())
+        self._accepted = checked
         self._pre_states = self.states
         if pred.states:
-            self.states = pred.states
-        actions = {k: v[0] for k, v in pred.actions.items()}
+            self.states = {k: v[row : row + 1] for k, v in pred.states.items()}
+        only = self._only_action
+        actions = {only: pred.actions[only][row]} if only is not None else {k: v[row] for k, v in pred.actions.items()}
         # The task produced these actions, so store_data of the very same objects skips their check.
         self._returned_actions = actions
         return actions
+
+    @property
+    def last_prediction(self) -> Prediction | None:
+        """This agent's part of the latest prediction (one row per array), or None before the first."""
+        pred, row = self._pred, self._row
+        if pred is None or row is None:
+            return pred
+        return slice_prediction(pred, row, row + 1)
+
+    @last_prediction.setter
+    def last_prediction(self, pred: Prediction | None) -> None:
+        self._pred, self._row = pred, None
 
     # --------------------------------------------------------- experience
     def store_data(
@@ -160,6 +183,9 @@ class AgentHelper:
         """
         if game_over is not GameOver.NOT_OVER:
             game_over = GameOver(int(game_over))
+        if self._consumes_nothing:
+            self._validate_step(inputs, actions, rewards, game_over, extras)
+            return
         # The states that go with these inputs: those the prediction on them used, or, when there
         # was no prediction since the last record (the final observation), the current states.
         states = self._pre_states if self._pre_states is not None else self.states
@@ -187,13 +213,49 @@ class AgentHelper:
         if game_over != GameOver.NOT_OVER:
             self.on_episode_end(game_over)
 
+    def _validate_step(
+        self,
+        inputs: Mapping[str, Any],
+        actions: Mapping[str, Any] | None,
+        rewards: Mapping[str, Any] | float | None,
+        game_over: GameOver | int,
+        extras: Mapping[str, Any] | None,
+    ) -> None:
+        """What store_data checks, for a helper that keeps nothing: the same errors, no records.
+
+        This runs once per agent step, so the common case (the objects that
+        ``predict`` was given and returned, a float reward) is checked by
+        identity and one comparison; anything else takes the full check.
+        """
+        self._pre_states = None
+        if self._accepted_inputs(inputs) is None:
+            self._check(inputs, self.input_specs, "inputs")
+        if game_over is not GameOver.NOT_OVER and game_over != GameOver.NOT_OVER:
+            return
+        if actions is None or rewards is None:
+            raise SpecError(
+                f"agent {self.agent_id}, task {self.name!r}: store_data of a step that is not game over "
+                "needs actions and rewards"
+            )
+        returned = self._returned_actions
+        if len(actions) != len(returned):
+            self._check(actions, self.action_specs, "actions")
+        else:
+            for k, v in actions.items():
+                if returned.get(k) is not v:
+                    self._check(actions, self.action_specs, "actions")
+                    break
+        spec = self._scalar_reward
+        if spec is None or type(rewards) is not float or not (rewards - rewards == 0.0 or spec.allow_nan):
+            self._reward_fields(rewards)
+        if extras is not None and (self.extra_specs or extras):
+            self._check(extras, self.extra_specs, "extras")
+
     def _check(self, data: Mapping[str, Any], specs: list[FieldSpec], group: str) -> dict[str, np.ndarray]:
         return check_fields(data, specs, task=self.name, group=group, batched=False, agent_id=self.agent_id)
 
     def _reward_fields(self, rewards: Mapping[str, Any] | float) -> dict[str, np.ndarray]:
         """The checked reward fields of one step; a plain float goes to the single reward field."""
-        if isinstance(rewards, Mapping):
-            return self._check(rewards, self.reward_specs, "rewards")
         spec = self._scalar_reward
         if spec is not None and type(rewards) is float:
             if not (math.isfinite(rewards) or spec.allow_nan):
@@ -202,6 +264,8 @@ class AgentHelper:
                     f"values, got {rewards}"
                 )
             return {spec.name: np.array(rewards, dtype=spec.np_dtype)}
+        if isinstance(rewards, Mapping):
+            return self._check(rewards, self.reward_specs, "rewards")
         if len(self.reward_specs) != 1:
             raise SpecError(
                 f"agent {self.agent_id}, task {self.name!r}: rewards must be a dict with fields "
@@ -231,22 +295,24 @@ class AgentHelper:
 
     def _accepted_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
         """The checked arrays when ``inputs`` holds the very objects of the last prediction, else None."""
-        accepted = self._accepted
-        if not accepted or len(inputs) != len(accepted):
+        pairs = self._accepted_pairs
+        if not pairs or len(inputs) != len(pairs):
             return None
-        out = {}
-        for k, v in inputs.items():
-            pair = accepted.get(k)
-            if pair is None or pair[0] is not v or pair[1].dtype != self._input_dtypes[k]:
+        if len(pairs) == 1:
+            ((key, obj),) = pairs
+            if inputs.get(key) is not obj:
                 return None
-            out[k] = pair[1]
-        return out
+        else:
+            for key, obj in pairs:
+                if inputs.get(key) is not obj:
+                    return None
+        return self._accepted
 
     def _extras_from_prediction(self) -> dict[str, np.ndarray]:
         """Per-sample extras the algorithm asked to learn from, taken from this step's prediction."""
         if not self.extra_specs:
             return {}
-        pred = self.last_prediction
+        pred = self._pred
         got = pred.extras if pred is not None else {}
         missing = [s.name for s in self.extra_specs if s.name not in got]
         if missing:
@@ -254,7 +320,8 @@ class AgentHelper:
                 f"agent {self.agent_id}, task {self.name!r}: learning needs extras {missing}; pass them to "
                 "store_data(extras=...) or predict first (the algorithm's prediction provides them)"
             )
-        return {s.name: got[s.name][0] for s in self.extra_specs}
+        row = self._row or 0
+        return {s.name: got[s.name][row] for s in self.extra_specs}
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         """Record the final observation of an episode: terminated (True) or truncated (False)."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
 
 from parl.data.packing import sample_count
 from parl.data.specs import SpecError, check_fields
@@ -14,7 +16,15 @@ from parl.framework.types import LearnResult, Prediction, TrainingBatch
 if TYPE_CHECKING:
     from parl.framework.computation_wrapper import ComputationWrapper
 
-__all__ = ["Communicator", "ReturnQueue", "ThreadReturnQueue", "PredictRequest", "Failure", "RequestSink"]
+__all__ = [
+    "Communicator",
+    "ReturnQueue",
+    "ThreadReturnQueue",
+    "PredictRequest",
+    "Failure",
+    "RequestSink",
+    "slice_prediction",
+]
 
 
 class RequestSink(Protocol):
@@ -53,15 +63,40 @@ class ThreadReturnQueue:
 
 
 class PredictRequest:
-    """One agent's prediction request: inputs and states with a leading sample axis."""
+    """One agent's prediction request.
 
-    __slots__ = ("inputs", "states", "explore", "samples")
+    ``states`` always carry a leading sample axis. ``inputs`` do too, except
+    in a *single* request (``single=True``, what :meth:`AgentHelper.predict`
+    sends): one sample whose input arrays have exactly the spec's shape. The
+    server stacks single requests straight into the batch and answers each
+    with the tuple ``(prediction of the whole batch, row of this request)``:
+    no per-agent arrays are made, the agent reads its row from the batch. (A
+    plain tuple because one is made per agent step; no other answer is one.)
+    """
 
-    def __init__(self, inputs: dict[str, Any], states: dict[str, Any], explore: bool) -> None:
+    __slots__ = ("inputs", "states", "explore", "samples", "single")
+
+    def __init__(self, inputs: dict[str, Any], states: dict[str, Any], explore: bool, single: bool = False) -> None:
         self.inputs = inputs
         self.states = states
         self.explore = explore
-        self.samples = sample_count(inputs)
+        self.single = single
+        self.samples = 1 if single else sample_count(inputs)
+
+    def batched_inputs(self) -> dict[str, Any]:
+        """The inputs with a leading sample axis (a view for a single request)."""
+        if self.single:
+            return {k: np.asarray(v)[None] for k, v in self.inputs.items()}
+        return self.inputs
+
+
+def slice_prediction(pred: Prediction, lo: int, hi: int) -> Prediction:
+    """Rows ``lo:hi`` of every array of ``pred`` (views)."""
+    return Prediction(
+        {k: v[lo:hi] for k, v in pred.actions.items()},
+        {k: v[lo:hi] for k, v in pred.states.items()},
+        {k: v[lo:hi] for k, v in pred.extras.items()},
+    )
 
 
 class Failure:
@@ -120,6 +155,10 @@ class Communicator:
         self.prediction_return_q = prediction_return_q
         self.training_return_q = training_return_q
         self.check_data = wrapper.config.check_data
+        # The common request, checked without the general machinery: one input field, no states.
+        specs = wrapper.task.input_specs
+        stateless = not wrapper.task.state_specs
+        self._only_input = (specs[0].name, specs[0].shape, specs[0].np_dtype) if len(specs) == 1 and stateless else None
 
     # ------------------------------------------------------------ prediction
     def put_prediction_data(self, inputs: dict[str, Any], states: dict[str, Any], explore: bool = True) -> None:
@@ -147,13 +186,69 @@ class Communicator:
             raise ValueError(f"agent {self.agent_id}, task {self.task_name!r}: a prediction needs at least one sample")
         self.prediction_q.put((self, request))
 
-    def put_prediction_return(self, item: Prediction | Failure) -> None:
+    def put_prediction_sample(
+        self, inputs: Mapping[str, Any], states: dict[str, Any], explore: bool = True
+    ) -> dict[str, np.ndarray]:
+        """Send a request for one sample: ``inputs`` without a sample axis, ``states`` with one row.
+
+        Returns the input arrays as sent (checked, converted within their
+        dtype kind). Read the answer with :meth:`get_prediction_row`.
+        """
+        self.wrapper.check_alive()
+        only = self._only_input
+        if only is not None and type(inputs) is dict and len(inputs) == 1 and not states:
+            arr = inputs.get(only[0])
+            if type(arr) is np.ndarray and arr.shape == only[1] and arr.dtype == only[2]:
+                self.prediction_q.put((self, PredictRequest(inputs, states, explore, True)))
+                return inputs
+        task = self.wrapper.task
+        if self.check_data:
+            checked = check_fields(
+                inputs,
+                task.input_specs,
+                task=task.name,
+                group="inputs",
+                batched=False,
+                agent_id=self.agent_id,
+                check_finite=False,
+            )
+            if states or task.state_specs:
+                states = check_fields(
+                    states,
+                    task.state_specs,
+                    task=task.name,
+                    group="states",
+                    batch_size=1,
+                    agent_id=self.agent_id,
+                    check_finite=False,
+                )
+        else:
+            checked = {k: np.asarray(v) for k, v in inputs.items()}
+        self.prediction_q.put((self, PredictRequest(checked, states, explore, single=True)))
+        return checked
+
+    def put_prediction_return(self, item: Prediction | tuple[Prediction, int] | Failure) -> None:
         """Called by the wrapper with this agent's slice of a batched prediction."""
         self.prediction_return_q.put(item)
 
     def get_prediction_return(self) -> Prediction:
         """Block until this agent's prediction comes back."""
-        return self._unwrap(self.prediction_return_q.get(self.wrapper.check_alive))
+        item = self.prediction_return_q.get(self.wrapper.check_alive)
+        if type(item) is tuple:
+            pred, row = item
+            return slice_prediction(pred, row, row + 1)
+        return self._unwrap(item)
+
+    def get_prediction_row(self) -> tuple[Prediction, int]:
+        """Block until this agent's prediction comes back: the batch's prediction and this agent's first row.
+
+        The answer to :meth:`put_prediction_sample` without copies; for a
+        request of several samples, its own rows start at row 0.
+        """
+        item = self.prediction_return_q.get(self.wrapper.check_alive)
+        if type(item) is tuple:
+            return item
+        return self._unwrap(item), 0
 
     # -------------------------------------------------------------- training
     def put_training_data(self, batch: TrainingBatch) -> None:

@@ -23,6 +23,7 @@ from parl.framework.communicator import (
     RequestSink,
     ReturnQueue,
     ThreadReturnQueue,
+    slice_prediction,
 )
 from parl.framework.computation_task import ComputationTask
 from parl.framework.errors import RunStopped, WrapperError
@@ -428,7 +429,9 @@ class ComputationWrapper:
         task, good = self.task, []
         for comm, request in items:
             try:
-                check_fields(request.inputs, task.input_specs, task=task.name, group="inputs", agent_id=comm.agent_id)
+                check_fields(
+                    request.batched_inputs(), task.input_specs, task=task.name, group="inputs", agent_id=comm.agent_id
+                )
                 check_fields(request.states, task.state_specs, task=task.name, group="states", agent_id=comm.agent_id)
             except SpecError as exc:
                 comm.put_prediction_return(Failure(exc, traceback.format_exc(), "predict"))
@@ -437,19 +440,18 @@ class ComputationWrapper:
         return good
 
     def _serve_prediction_group(self, items: Sequence[PredictItem], explore: bool) -> None:
+        task = self.task
         try:
             requests = [r for _, r in items]
-            inputs, offsets = pack_fields([r.inputs for r in requests], validated=True)
-            states = pack_fields([r.states for r in requests], validated=True)[0] if self.task.state_specs else {}
-            if not (all_finite(inputs, self.task.input_specs) and all_finite(states, self.task.state_specs)):
+            inputs, offsets = pack_requests(requests)
+            states = pack_fields([r.states for r in requests], validated=True)[0] if task.state_specs else {}
+            if not (all_finite(inputs, task.input_specs) and all_finite(states, task.state_specs)):
                 good = self._reject_nonfinite(items)
                 if good:
                     self._serve_prediction_group(good, explore)
                 return
-            pred = self.task.predict(inputs, states if self.task.state_specs else None, explore=explore, check=False)
-            actions = unpack_fields(pred.actions, offsets)
-            next_states = unpack_fields(pred.states, offsets) if pred.states else [{} for _ in items]
-            extras = unpack_fields(pred.extras, offsets) if pred.extras else [{} for _ in items]
+            pred = task.predict(inputs, states if task.state_specs else None, explore=explore, check=False)
+            _check_rows(pred, offsets[-1], task.name)
         except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
             tb = traceback.format_exc()
             for comm, _ in items:
@@ -457,8 +459,7 @@ class ComputationWrapper:
             return
         with self._stats_lock:
             self.prediction_stats.record(len(items), offsets[-1])
-        for i, (comm, _) in enumerate(items):
-            comm.put_prediction_return(Prediction(actions[i], next_states[i], extras[i]))
+        answer_predictions(items, pred, offsets)
 
     def serve_training(self, items: Sequence[TrainItem]) -> None:
         """Run one learning step on the packed ``items``; each agent gets its rows and the metrics."""
@@ -476,6 +477,41 @@ class ComputationWrapper:
             self.last_metrics = dict(result.metrics)
         for i, (comm, _) in enumerate(items):
             comm.put_training_return(LearnResult(per_sample=per_agent[i], metrics=dict(result.metrics)))
+
+
+def pack_requests(requests: Sequence[PredictRequest]) -> tuple[dict[str, np.ndarray], list[int]]:
+    """The inputs of validated prediction requests packed into one batch, and the row offsets.
+
+    Single requests (one sample without a sample axis) are stacked in one
+    call per field; a mix with multi-sample requests is concatenated.
+    """
+    if not requests:
+        return {}, [0]
+    n = len(requests)
+    if all(r.single for r in requests):
+        keys = requests[0].inputs.keys()
+        return {k: np.array([r.inputs[k] for r in requests]) for k in keys}, list(range(n + 1))
+    return pack_fields([r.batched_inputs() for r in requests], validated=True)
+
+
+def answer_predictions(items: Sequence[PredictItem], pred: Prediction, offsets: Sequence[int]) -> None:
+    """Give each request of ``items`` its rows of ``pred``; a single request gets ``(pred, row)``."""
+    for i, (comm, request) in enumerate(items):
+        if request.single:
+            comm.prediction_return_q.put((pred, offsets[i]))
+        else:
+            comm.prediction_return_q.put(slice_prediction(pred, offsets[i], offsets[i + 1]))
+
+
+def _check_rows(pred: Prediction, rows: int, task: str) -> None:
+    """A prediction must have one row per sample in every array, or agents would get others' rows."""
+    for group in (pred.actions, pred.states, pred.extras):
+        for k, v in group.items():
+            if np.shape(v)[:1] != (rows,):
+                raise ValueError(
+                    f"task {task!r}: the prediction's field {k!r} has shape {np.shape(v)}, expected {rows} rows "
+                    "(one per sample of the batch)"
+                )
 
 
 def _samples(request: Any) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parl.framework.agent import Agent
+from parl.framework.agent_helper import AgentHelper
 from parl.framework.errors import EnvFault, EnvFaultLimitError, RunStopped, WrapperError
 from parl.runtimes.faults import FaultStats
 
@@ -205,6 +207,29 @@ class AgentSlot:
         return self.agent
 
 
+def _name_the_task(exc: BaseException) -> None:
+    """Give ``exc`` a ``task`` attribute when it was raised inside an AgentHelper's code.
+
+    Errors from the task and the wrapper name their task already; an error
+    raised in a helper (a custom ``learn``, ``on_transition``...) is found by
+    the innermost helper method in its traceback, so that the AgentError the
+    caller gets names the task too. Costs nothing until an agent fails.
+    """
+    if getattr(exc, "task", None) is not None:
+        return
+    name = None
+    tb = exc.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, AgentHelper):
+            name = owner.name
+        tb = tb.tb_next
+    if name is not None:
+        # An exception type with __slots__ takes no attribute: its AgentError goes without the name.
+        with contextlib.suppress(AttributeError):
+            exc.task = name  # type: ignore[attr-defined]
+
+
 def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
     """Run episodes of one agent until the run stops; report failures to ``control``.
 
@@ -241,6 +266,7 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
             control.agent_failed(slot.agent_id, exc, traceback.format_exc(), restartable=False)
             return
         except Exception as exc:  # noqa: BLE001 - reported with the traceback
+            _name_the_task(exc)
             if not control.agent_failed(slot.agent_id, exc, traceback.format_exc()):
                 return
             try:

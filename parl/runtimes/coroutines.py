@@ -52,13 +52,17 @@ class _HubReturnQueue:
 
     def get(self, check: Callable[[], None]) -> Any:
         hub = self.hub
-        while not self.items:
-            check()
+        items = self.items
+        # ``check`` runs only after a wake-up without an answer: a request is always answered (served,
+        # or failed when its wrapper dies), so a live wait needs no check before it.
+        while not items:
             if hub.stopping:
                 raise RunStopped("the hub is stopping")
             self.waiter = greenlet.getcurrent()
             hub.main.switch()
-        return self.items.popleft()
+            if not items:
+                check()
+        return items.popleft()
 
 
 class _PendingSink:

@@ -44,7 +44,12 @@ from parl.framework.agent import Agent
 from parl.framework.agent_helper import AgentHelper
 from parl.framework.communicator import Communicator, Failure, PredictRequest
 from parl.framework.computation_task import ComputationTask
-from parl.framework.computation_wrapper import ComputationWrapper, WrapperConfig
+from parl.framework.computation_wrapper import (
+    ComputationWrapper,
+    WrapperConfig,
+    answer_predictions,
+    pack_requests,
+)
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.runtimes.control import AgentSlot, RunControl
@@ -215,7 +220,7 @@ class _RemoteWrapper:
 
     def _serve(self, items: Sequence[tuple[Communicator, PredictRequest]], explore: bool) -> None:
         requests = [r for _, r in items]
-        inputs, offsets = pack_fields([r.inputs for r in requests])
+        inputs, offsets = pack_requests(requests)
         rows = offsets[-1]
         if not all_finite(inputs, self.task.input_specs):
             items = _reject_nonfinite(self.task, items)
@@ -243,14 +248,12 @@ class _RemoteWrapper:
                 comm.put_prediction_return(Failure(error, tb, "predict"))
             return
         out = payload if self.reply is None else self.reply.read(rows, copy=True)
-        for i, (comm, _) in enumerate(items):
-            lo, hi = offsets[i], offsets[i + 1]
-            pred = Prediction(
-                actions={k[4:]: v[lo:hi] for k, v in out.items() if k.startswith("act.")},
-                states={k[3:]: v[lo:hi] for k, v in out.items() if k.startswith("st.")},
-                extras={k[3:]: v[lo:hi] for k, v in out.items() if k.startswith("ex.")},
-            )
-            comm.put_prediction_return(pred)
+        pred = Prediction(
+            actions={k[4:]: v for k, v in out.items() if k.startswith("act.")},
+            states={k[3:]: v for k, v in out.items() if k.startswith("st.")},
+            extras={k[3:]: v for k, v in out.items() if k.startswith("ex.")},
+        )
+        answer_predictions(items, pred, offsets)
 
 
 def _reject_nonfinite(
@@ -259,7 +262,9 @@ def _reject_nonfinite(
     good = []
     for comm, request in items:
         try:
-            check_fields(request.inputs, task.input_specs, task=task.name, group="inputs", agent_id=comm.agent_id)
+            check_fields(
+                request.batched_inputs(), task.input_specs, task=task.name, group="inputs", agent_id=comm.agent_id
+            )
         except SpecError as exc:
             comm.put_prediction_return(Failure(exc, traceback.format_exc(), "predict"))
             continue
