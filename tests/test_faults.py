@@ -6,14 +6,16 @@ import multiprocessing as mp
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from fault_helpers import WorkerKiller
 from test_agent_group_fakes import CounterEnv, EchoAlgorithm, StepAgent, echo_task_config
 
 import parl
-from parl.envs.chaos import ChaosConfig, ChaosEnv, InjectedFault, read_fault_log
+from parl.envs.chaos import ChaosConfig, ChaosEnv, InjectedFault, read_fault_log, read_fault_records
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -226,27 +228,130 @@ def test_a_hung_env_is_replaced_and_the_run_goes_on(runtime: str, tmp_path) -> N
     assert mp.active_children() == []
 
 
+class ResetFailsOnceEnv(CounterEnv):
+    """A CounterEnv whose second ``reset`` raises, once in any process (the file ``once`` marks it)."""
+
+    def __init__(self, once: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.once = once
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if self.resets == 1 and not os.path.exists(self.once):
+            open(self.once, "w").close()
+            raise RuntimeError(f"env of tag {self.tag} failed to reset")
+        return super().reset(seed=seed, options=options)
+
+
+class ThreeEpisodes(StepAgent):
+    episodes_limit = 3
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["in-agent", "env-process"])
+@pytest.mark.parametrize("runtime", ALL_RUNTIMES)
+def test_an_env_whose_reset_raises_once_is_rebuilt_and_its_episode_cut(runtime: str, isolated: bool, tmp_path) -> None:
+    once = str(tmp_path / "reset-failed")
+    algo = RecordingAlgorithm()
+    manager = parl.Manager(
+        [echo_task_config(algo, helper=SendEveryTransition)],
+        ThreeEpisodes,
+        lambda i: ResetFailsOnceEnv(once, tag=i, length=10) if i == 1 else CounterEnv(tag=i, length=10),
+        parl.ManagerConfig(
+            runtime=runtime, num_agents=3, num_workers=2, max_seconds=30,
+            faults=parl.FaultConfig(max_consecutive_faults=1, step_timeout_s=5.0 if isolated else None),
+        ),
+    )  # fmt: skip
+    report = manager.run()
+    assert os.path.exists(once)
+    f = report.faults
+    # the second reset of agent 1 raised: one error, one rebuilt env, one episode cut before its first step
+    assert (f.env_errors, f.envs_rebuilt, f.episodes_cut) == (1, 1, 1), f
+    assert (f.env_hangs, f.workers_lost, f.episodes_lost) == (0, 0, 0), f
+    assert report.failures == [] and report.restarts == 0
+    # the cut episode is no episode and took no step: every agent still played 3 whole episodes of 10 steps
+    assert report.episodes == 9 and report.steps == 90
+    assert report.lengths == {0: [10] * 3, 1: [10] * 3, 2: [10] * 3}
+    assert len(algo.pairs) == report.training_stats["RL"].samples == 90
+    for obs, nxt in algo.pairs:
+        assert nxt[0] == obs[0] and nxt[1] == obs[1] + 1
+    assert mp.active_children() == []
+
+
 # ------------------------------------------------------------------ chaos
 
 
 def _chaos_manager(runtime: str, log: str, budget: int) -> parl.Manager:
-    chaos = ChaosConfig(error_rate=0.03, hang_rate=0.003, reset_error_rate=0.02, hang_s=120.0, log_path=log)
+    chaos = ChaosConfig(error_rate=0.03, hang_rate=0.002, reset_error_rate=0.02, hang_s=120.0, log_path=log)
 
     def make_env(i: int) -> ChaosEnv:
-        with open(log, "a") as f:  # the host process of this env, so the test can check it is gone
-            f.write(f"pid {os.getpid()}\n")
-        return ChaosEnv(CounterEnv(tag=i, length=20), chaos, seed=i)
+        # The env's host process (so the test can check it is gone) and its parent, the worker that
+        # hosts agent i (so the test can tell the faults of a killed worker from those of its successor).
+        with open(log, "a") as f:
+            f.write(f"env {i} {os.getpid()} {os.getppid()}\n")
+        return ChaosEnv(CounterEnv(tag=i, length=20), chaos, seed=i, agent_id=i)
 
     return parl.Manager(
         [echo_task_config()],
         StepAgent,
         make_env,
         parl.ManagerConfig(
-            runtime=runtime, num_agents=32, num_workers=2, max_steps=budget, max_seconds=45,
-            restart_failed_agents=True, max_restarts=3,
-            faults=parl.FaultConfig(max_consecutive_faults=10, step_timeout_s=0.4),
+            runtime=runtime, num_agents=32, num_workers=2, max_steps=budget, max_seconds=60,
+            restart_failed_agents=True, max_restarts=3, stop_timeout_s=5.0,
+            # Only steps hang on purpose. Deadlines well above a step's or a build's own time on a
+            # loaded machine, so that no slow build or step is counted as a hang nobody injected
+            # (and a stop waits for a hang in progress to be counted, rather than killing its worker).
+            faults=parl.FaultConfig(max_consecutive_faults=10, step_timeout_s=0.8, reset_timeout_s=5.0),
         ),
     )  # fmt: skip
+
+
+def env_hosts(log: str) -> list[tuple[int, int, int]]:
+    """``(agent_id, env_pid, parent_pid)`` of every env the chaos run built (see ``_chaos_manager``)."""
+    with open(log) as fh:
+        return [(int(a), int(p), int(pp)) for _, a, p, pp in (line.split() for line in fh if line.startswith("env "))]
+
+
+def check_chaos_accounting(
+    report: parl.RunReport, log: str, killed_pid: int | None = None, killed_agents: list[int] | None = None
+) -> None:
+    """The report counts exactly the faults the chaos envs injected, but for what a killed worker had in flight.
+
+    Every fault is logged by the env (with its agent and env process) before it is raised, and each
+    one is counted as an env error or hang, then a rebuilt env, then a cut episode. A worker killed
+    from outside (pid ``killed_pid``, hosting ``killed_agents``) may have injected a fault it never
+    reported: at most one per agent of it (an agent waits on one env call at a time), and only
+    among the faults injected in env processes of that worker (its restarted successor reports all
+    of its own). Every other fault, of every other worker, is counted exactly.
+    """
+    f = report.faults
+    records = read_fault_records(log)
+    injected = read_fault_log(log)
+    errors, hangs = injected["error"], injected["hang"]
+    assert errors == sum(r.kind == "error" for r in records) and errors + hangs == len(records)
+    killed_agents = killed_agents or []
+    old_env_pids = {pid for _, pid, parent in env_hosts(log) if killed_pid is not None and parent == killed_pid}
+    old = [r for r in records if r.pid in old_env_pids]
+    assert all(r.agent_id in killed_agents for r in old), old  # only the killed worker's agents lived there
+    old_errors, old_hangs = sum(r.kind == "error" for r in old), sum(r.kind == "hang" for r in old)
+    slack = min(len(killed_agents), len(old))
+    lost_errors, lost_hangs = errors - f.env_errors, hangs - f.env_hangs
+    assert 0 <= lost_errors <= old_errors and 0 <= lost_hangs <= old_hangs, (injected, old_errors, old_hangs, f)
+    assert lost_errors + lost_hangs <= slack, (injected, slack, f)
+    # error/hang, then rebuilt, then cut, each in order per agent: a kill can only cut the sequence short
+    assert errors + hangs - slack <= f.episodes_cut <= f.envs_rebuilt <= f.env_errors + f.env_hangs, (injected, f)
+    if killed_pid is None:
+        assert f.env_errors == errors and f.env_hangs == hangs
+        assert f.envs_rebuilt == f.episodes_cut == errors + hangs
+
+
+def kill_worker_process(index: int) -> Callable[[parl.Manager], int]:
+    """A ``WorkerKiller`` kill: SIGKILL worker process ``index`` of the process runtime."""
+
+    def kill(manager: parl.Manager) -> int:
+        pid: int = manager.runtime.links[index].process.pid  # type: ignore[union-attr]
+        os.kill(pid, 9)
+        return pid
+
+    return kill
 
 
 @pytest.mark.timeout(120)
@@ -256,35 +361,26 @@ def test_chaos_run_completes_its_budget_and_counts_every_fault(runtime: str, tmp
     budget = 4000
     manager = _chaos_manager(runtime, log, budget)
     threads_before = set(threading.enumerate())
-    killed = False
+    killer = None
     if runtime == "processes":
-
-        def kill_a_worker() -> None:
-            nonlocal killed
-            while manager.control is None or manager.control.steps < budget // 3:
-                time.sleep(0.01)
-            os.kill(manager.runtime.links[0].process.pid, 9)  # type: ignore[union-attr]
-            killed = True
-
-        threading.Thread(target=kill_a_worker, daemon=True).start()
+        killer = WorkerKiller(manager, lambda c: c.steps >= budget // 3, kill_worker_process(0))
     report = manager.run()
     injected = read_fault_log(log)
     f = report.faults
     assert report.steps >= budget, report
     assert injected["error"] > 10 and injected["hang"] >= 1, injected
-    if runtime == "processes":
-        assert killed and f.workers_lost == 1 and f.episodes_lost == 16
-        # faults injected into the killed worker's envs in its last moments may never be reported
-        assert 0 <= injected["error"] - f.env_errors <= 16 and 0 <= injected["hang"] - f.env_hangs <= 16
+    if killer is not None:
+        killer.join()
+        assert killer.killed and f.workers_lost == 1 and f.episodes_lost == 16 and report.restarts == 1
+        assert [(x.agent_id, x.restarted) for x in report.failures] == [(0, True)], report.failures
+        assert "worker process 0" in str(report.failures[0].error)
+        check_chaos_accounting(report, log, killer.killed_pid, list(range(0, 32, 2)))
     else:
-        assert f.env_errors == injected["error"] and f.env_hangs == injected["hang"]
-        assert report.failures == [] and f.workers_lost == 0
-    assert f.episodes_cut >= f.env_errors + f.env_hangs - 16 * killed
-    assert f.envs_rebuilt == f.env_errors + f.env_hangs or runtime == "processes"
+        assert report.failures == [] and f.workers_lost == 0 and f.episodes_lost == 0
+        check_chaos_accounting(report, log)
     # stop() left nothing running: no child process, and no env host process anywhere
     assert mp.active_children() == []
-    with open(log) as fh:
-        pids = [int(line.split()[1]) for line in fh if line.startswith("pid ")]
+    pids = [pid for _, pid, _ in env_hosts(log)]
     deadline = time.monotonic() + 3.0
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)

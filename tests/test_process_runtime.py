@@ -7,10 +7,12 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from fault_helpers import WorkerKiller
 
 import parl
 from examples.cartpole_dqn.model import CartPoleQModel
@@ -121,21 +123,30 @@ def test_agent_exception_in_worker_reaches_caller_with_id_and_traceback() -> Non
     assert _no_children_left()
 
 
+def _kill_worker(index: int) -> Callable[[parl.Manager], int]:
+    """A ``WorkerKiller`` kill: SIGKILL worker process ``index`` from outside."""
+
+    def kill(m: parl.Manager) -> int:
+        runtime = m.runtime
+        assert isinstance(runtime, ProcessRuntime)
+        pid: int = runtime.links[index].process.pid
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    return kill
+
+
 @pytest.mark.timeout(60)
 def test_killed_worker_is_reported() -> None:
     m = _manager(parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_seconds=30))
-
-    def kill_once(control: parl.runtimes.control.RunControl) -> bool:
-        runtime = m.runtime
-        if isinstance(runtime, ProcessRuntime) and control.steps > 200 and not getattr(kill_once, "done", False):
-            os.kill(runtime.links[0].process.pid, signal.SIGKILL)
-            kill_once.done = True  # type: ignore[attr-defined]
-        return False
-
+    killer = WorkerKiller(m, lambda control: control.steps > 200, _kill_worker(0))
     start = time.monotonic()
     with pytest.raises(parl.AgentError, match="worker process 0"):
-        m.run(stop_when=kill_once)
-    assert time.monotonic() - start < 25  # detected within seconds, not at the time budget
+        m.run()
+    assert time.monotonic() - start < 25  # the run ends within seconds, not at the time budget
+    killer.join()
+    assert killer.killed and m.control is not None and m.control.faults.workers_lost == 1
+    assert killer.detection_s < 3.0, killer.detection_s  # from the kill to workers_lost == 1
     assert _no_children_left()
 
 
@@ -147,15 +158,12 @@ def test_killed_worker_is_restarted_and_run_completes() -> None:
         )
     )
 
-    def kill_once(control: parl.runtimes.control.RunControl) -> bool:
-        runtime = m.runtime
-        if isinstance(runtime, ProcessRuntime) and control.steps > 500 and not getattr(kill_once, "done", False):
-            os.kill(runtime.links[1].process.pid, signal.SIGKILL)
-            kill_once.done = True  # type: ignore[attr-defined]
-        return False
-
-    report = m.run(stop_when=kill_once)
-    assert report.steps >= 4_000
+    killer = WorkerKiller(m, lambda control: control.steps > 500, _kill_worker(1))
+    report = m.run()
+    killer.join()
+    assert killer.killed and report.steps >= 4_000
+    assert report.faults.workers_lost == 1 and report.faults.episodes_lost == 2
+    assert killer.detection_s < 3.0, killer.detection_s  # from the kill to workers_lost == 1
     assert report.restarts >= 1
     assert any("worker process 1" in str(f.error) for f in report.failures)
     assert isinstance(m.runtime, ProcessRuntime) and m.runtime.worker_restarts == 1
@@ -174,7 +182,7 @@ def test_bad_data_from_worker_names_agent_task_and_field() -> None:
     with pytest.raises(parl.AgentError) as info:
         m.run()
     msg = str(info.value)
-    assert "task 'RL'" in msg and "'obs'" in msg and "(B, 4)" in msg and "(1, 5)" in msg
+    assert "task 'RL'" in msg and "'obs'" in msg and "expected shape (4,)" in msg and "got (5,)" in msg
 
 
 @pytest.mark.timeout(60)

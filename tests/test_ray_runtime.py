@@ -19,13 +19,14 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import test_faults as faults  # noqa: E402 - a module, so that pytest does not collect its tests here again
+from fault_helpers import WorkerKiller  # noqa: E402
 from test_agent_group_fakes import (  # noqa: E402
     CounterEnv,
     StepAgent,
     echo_task_config,
     expected_action,
 )
-from test_faults import SendEveryTransition, _chaos_manager, pid_alive  # noqa: E402
+from test_faults import SendEveryTransition, _chaos_manager, check_chaos_accounting, env_hosts, pid_alive  # noqa: E402
 
 import parl  # noqa: E402
 from parl.envs.chaos import read_fault_log  # noqa: E402
@@ -105,18 +106,16 @@ def test_an_agent_error_in_an_actor_reaches_the_caller() -> None:
     assert "broke in its third episode" in str(info.value) and "run_one_episode" in info.value.traceback_text
 
 
-def _kill_first_actor_after(manager: parl.Manager, episodes: int) -> list[int]:
-    killed: list[int] = []
+def _kill_actor(manager: parl.Manager) -> int:
+    """A ``WorkerKiller`` kill: kill the actor of worker 0 from outside, as a lost node would."""
+    link = manager.runtime.links[0]  # type: ignore[union-attr]
+    pid: int = link.actor_pid
+    link.kill_actor()
+    return pid
 
-    def kill() -> None:
-        while manager.control is None or manager.control.episodes < episodes:
-            time.sleep(0.01)
-        link = manager.runtime.links[0]  # type: ignore[union-attr]
-        killed.append(link.actor_pid)
-        link.kill_actor()
 
-    threading.Thread(target=kill, daemon=True).start()
-    return killed
+def _kill_first_actor_after(manager: parl.Manager, episodes: int) -> WorkerKiller:
+    return WorkerKiller(manager, lambda c: c.episodes >= episodes, _kill_actor)
 
 
 def test_a_killed_actor_is_detected_and_its_agents_restarted() -> None:
@@ -126,22 +125,27 @@ def test_a_killed_actor_is_detected_and_its_agents_restarted() -> None:
         lambda i: CounterEnv(tag=i),
         _config(max_episodes=600, restart_failed_agents=True),
     )
-    killed = _kill_first_actor_after(manager, 100)
+    killer = _kill_first_actor_after(manager, 100)
     report = manager.run()
-    assert killed and report.episodes >= 600
+    killer.join()
+    assert killer.killed and report.episodes >= 600
     assert report.faults.workers_lost == 1 and report.faults.episodes_lost == 4 and report.restarts == 1
+    assert killer.detection_s < 3.0, killer.detection_s  # from the kill to workers_lost == 1
     # the restarted actor's agents (0, 2, 4, 6) played again after the kill
     assert all(len(report.returns[a]) > 0 for a in range(8))
-    assert not pid_alive(killed[0])
+    assert killer.killed_pid is not None and not pid_alive(killer.killed_pid)
 
 
 def test_a_killed_actor_without_restarts_fails_the_run_quickly() -> None:
     manager = parl.Manager([echo_task_config()], StepAgent, lambda i: CounterEnv(tag=i), _config(max_seconds=60))
-    _kill_first_actor_after(manager, 50)
+    killer = _kill_first_actor_after(manager, 50)
     start = time.monotonic()
     with pytest.raises(parl.AgentError, match="Ray actor of worker 0 .* died"):
         manager.run()
     assert time.monotonic() - start < 20
+    killer.join()
+    assert killer.killed and manager.control is not None and manager.control.faults.workers_lost == 1
+    assert killer.detection_s < 3.0, killer.detection_s  # from the kill to workers_lost == 1
 
 
 # The env fault tests of test_faults.py, with agents (and their guarded envs) in Ray actors.
@@ -159,47 +163,42 @@ def test_ray_hung_env_is_replaced_and_the_run_goes_on(tmp_path) -> None:
     faults.test_a_hung_env_is_replaced_and_the_run_goes_on("ray", tmp_path)
 
 
+@pytest.mark.parametrize("isolated", [False, True], ids=["in-agent", "env-process"])
+def test_ray_env_whose_reset_raises_once_is_rebuilt_and_its_episode_cut(isolated: bool, tmp_path) -> None:
+    faults.test_an_env_whose_reset_raises_once_is_rebuilt_and_its_episode_cut("ray", isolated, tmp_path)
+
+
 def test_ray_chaos_run_completes_its_budget_and_counts_every_fault(tmp_path) -> None:
     log = str(tmp_path / "faults.log")
     budget = 4000
     manager = _chaos_manager("ray", log, budget)
     threads_before = set(threading.enumerate())
-    killed = _kill_first_actor_after_steps(manager, budget // 3)
+    killer = WorkerKiller(manager, lambda c: c.steps >= budget // 3, _kill_actor)
     report = manager.run()
+    killer.join()
     actor_pids = [link.actor_pid for link in manager.runtime.links]  # type: ignore[union-attr]
     injected = read_fault_log(log)
     f = report.faults
     assert report.steps >= budget
     assert injected["error"] > 10 and injected["hang"] >= 1, injected
-    assert killed and f.workers_lost == 1 and f.episodes_lost == 16
-    assert 0 <= injected["error"] - f.env_errors <= 16 and 0 <= injected["hang"] - f.env_hangs <= 16
-    with open(log) as fh:
-        pids = [int(line.split()[1]) for line in fh if line.startswith("pid ")]
+    assert killer.killed and f.workers_lost == 1 and f.episodes_lost == 16 and report.restarts == 1
+    assert [(x.agent_id, x.restarted) for x in report.failures] == [(0, True)], report.failures
+    assert "Ray actor of worker 0" in str(report.failures[0].error)
+    # exact counts for the other actor and the restarted one; the killed actor may have lost one per agent
+    check_chaos_accounting(report, log, killer.killed_pid, list(range(0, 32, 2)))
+    pids = [pid for _, pid, _ in env_hosts(log)]
     deadline = time.monotonic() + 5.0
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in pids if pid_alive(p)]  # no env host process outlived the run
     # nor an actor (the killed one, its replacement, the other one), nor a thread of the learner
+    killed = [killer.killed_pid]
     assert killed[0] not in actor_pids and all(p is not None for p in actor_pids)
     deadline = time.monotonic() + 10.0
     while any(pid_alive(p) for p in [*actor_pids, *killed]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in [*actor_pids, *killed] if pid_alive(p)]
     faults.assert_no_thread_outlives(threads_before)
-
-
-def _kill_first_actor_after_steps(manager: parl.Manager, steps: int) -> list[int]:
-    killed: list[int] = []
-
-    def kill() -> None:
-        while manager.control is None or manager.control.steps < steps:
-            time.sleep(0.01)
-        link = manager.runtime.links[0]  # type: ignore[union-attr]
-        killed.append(link.actor_pid)
-        link.kill_actor()
-
-    threading.Thread(target=kill, daemon=True).start()
-    return killed
 
 
 def test_import_parl_does_not_import_ray() -> None:

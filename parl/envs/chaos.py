@@ -1,12 +1,17 @@
 """ChaosEnv: an env wrapper that raises and hangs on purpose, to test fault tolerance.
 
-Every injected fault is first written as one line (``error`` or ``hang``) to
-``log_path`` when given, so a test can compare what was injected with what a
-run counted (:class:`parl.FaultStats`), across threads and processes.
+Every injected fault is first written as one line to ``log_path`` when given:
+its kind (``error`` or ``hang``), the call (``step`` or ``reset``), the agent
+that owns the env (``agent_id``, ``-`` when not given) and the pid of the
+process that injected it. A test can then compare what was injected with what a
+run counted (:class:`parl.FaultStats`), across threads and processes, and
+attribute each fault to an agent and to the process hosting it
+(:func:`read_fault_records`).
 
 Example::
 
-    make_env = lambda i: ChaosEnv(gym.make("CartPole-v1"), ChaosConfig(error_rate=0.02, hang_rate=0.005), seed=i)
+    chaos = ChaosConfig(error_rate=0.02, hang_rate=0.005, log_path="/tmp/faults.log")
+    make_env = lambda i: ChaosEnv(gym.make("CartPole-v1"), chaos, seed=i, agent_id=i)
     config = ManagerConfig(num_agents=32, max_steps=20_000,
                            faults=FaultConfig(max_consecutive_faults=5, step_timeout_s=0.5))
 """
@@ -15,13 +20,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["ChaosConfig", "ChaosEnv", "InjectedFault", "read_fault_log"]
+__all__ = ["ChaosConfig", "ChaosEnv", "FaultRecord", "InjectedFault", "read_fault_log", "read_fault_records"]
 
 
 class InjectedFault(RuntimeError):
@@ -55,22 +61,31 @@ class ChaosConfig:
 
 
 class ChaosEnv(gym.Wrapper):  # type: ignore[type-arg]
-    """Wraps an env; raises or hangs at random steps (see :class:`ChaosConfig`)."""
+    """Wraps an env; raises or hangs at random steps (see :class:`ChaosConfig`).
 
-    def __init__(self, env: gym.Env, config: ChaosConfig, seed: int | None = None) -> None:
+    Args:
+        env: the env to wrap.
+        config: what to inject.
+        seed: seeds the fault draws (with the pid and the clock, so a rebuilt env differs).
+        agent_id: the agent that owns this env, written into each log line.
+    """
+
+    def __init__(self, env: gym.Env, config: ChaosConfig, seed: int | None = None, agent_id: int | None = None) -> None:
         super().__init__(env)
         self.config = config
+        self.agent_id = agent_id
         # Seeded by the caller's seed and the process, so a rebuilt env does not replay the same faults.
         self._rng = np.random.default_rng(None if seed is None else [seed, os.getpid(), time.monotonic_ns()])
         self.injected = 0
 
-    def _log(self, kind: str) -> None:
+    def _log(self, kind: str, call: str) -> None:
         self.injected += 1
         path = self.config.log_path
         if path is not None:
+            agent = "-" if self.agent_id is None else str(self.agent_id)
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, f"{kind}\n".encode())
+            try:  # one write of one short line to an O_APPEND file: lines of many processes never mix
+                os.write(fd, f"{kind} {call} {agent} {os.getpid()}\n".encode())
             finally:
                 os.close(fd)
 
@@ -80,7 +95,7 @@ class ChaosEnv(gym.Wrapper):  # type: ignore[type-arg]
 
     def reset(self, **kwargs: Any) -> Any:
         if self.config.reset_error_rate and self._may_inject() and self._rng.random() < self.config.reset_error_rate:
-            self._log("error")
+            self._log("error", "reset")
             raise InjectedFault("injected reset error")
         return self.env.reset(**kwargs)
 
@@ -89,21 +104,50 @@ class ChaosEnv(gym.Wrapper):  # type: ignore[type-arg]
         if (c.error_rate or c.hang_rate) and self._may_inject():
             u = self._rng.random()
             if u < c.error_rate:
-                self._log("error")
+                self._log("error", "step")
                 raise InjectedFault("injected step error")
             if u < c.error_rate + c.hang_rate:
-                self._log("hang")
+                self._log("hang", "step")
                 time.sleep(c.hang_s)
         return self.env.step(action)
 
 
-def read_fault_log(path: str) -> dict[str, int]:
-    """Count the lines of a ChaosEnv log: ``{"error": n, "hang": m}``."""
-    counts = {"error": 0, "hang": 0}
+class FaultRecord(NamedTuple):
+    """One line of a ChaosEnv log: one injected fault."""
+
+    kind: str
+    """``error`` or ``hang``."""
+    call: str
+    """``step`` or ``reset`` (``?`` in a log without it)."""
+    agent_id: int | None
+    """The agent that owns the env (None when the ChaosEnv was not told)."""
+    pid: int | None
+    """The process that injected the fault (None in a log without it)."""
+
+
+def read_fault_records(path: str) -> list[FaultRecord]:
+    """The faults logged in ``path``, in the order they were injected (other lines are skipped)."""
+    records: list[FaultRecord] = []
     if os.path.exists(path):
         with open(path) as f:
             for line in f:
-                kind = line.strip()
-                if kind in counts:
-                    counts[kind] += 1
+                parts = line.split()
+                if not parts or parts[0] not in ("error", "hang"):
+                    continue
+                call = parts[1] if len(parts) > 1 else "?"
+                agent = int(parts[2]) if len(parts) > 2 and parts[2] != "-" else None
+                pid = int(parts[3]) if len(parts) > 3 else None
+                records.append(FaultRecord(parts[0], call, agent, pid))
+    return records
+
+
+def read_fault_log(path: str, agents: Collection[int] | None = None) -> dict[str, int]:
+    """Count the faults of a ChaosEnv log: ``{"error": n, "hang": m}``.
+
+    With ``agents``, only the faults of the envs of those agents count.
+    """
+    counts = {"error": 0, "hang": 0}
+    for record in read_fault_records(path):
+        if agents is None or record.agent_id in agents:
+            counts[record.kind] += 1
     return counts
