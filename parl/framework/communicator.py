@@ -155,6 +155,7 @@ class Communicator:
         self.prediction_return_q = prediction_return_q
         self.training_return_q = training_return_q
         self.check_data = wrapper.config.check_data
+        self._learn_on_caller = wrapper.config.learn_on_caller
         # The common request, checked without the general machinery: one input field, no states.
         specs = wrapper.task.input_specs
         stateless = not wrapper.task.state_specs
@@ -256,6 +257,8 @@ class Communicator:
         self.wrapper.check_alive()
         if self.check_data:
             batch = self.wrapper.task.check_batch(batch, agent_id=self.agent_id)
+        if self._learn_on_caller and self.wrapper.try_serve_training(self, batch):
+            return  # served on this thread (WrapperConfig.learn_on_caller); the answer is queued
         self.training_q.put((self, batch))
 
     def put_training_return(self, item: LearnResult | Failure) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -55,6 +56,12 @@ class WrapperConfig:
     """Validate every request against the specs on the agent's side."""
     poll_s: float = 0.05
     """How often idle loops look at the stop flag."""
+    learn_on_caller: bool = False
+    """Serve a training request on the calling thread when it alone fills a learning call
+    (``min_train_batch_size`` samples), no other request waits and no learning call runs: no
+    hand-off to the training thread and back. Right for one synchronous learner (a single agent,
+    or an ``ExpReplayHelper`` learner thread); leave it off when the agent should keep acting
+    while its learning call runs in the training thread."""
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_train_batch_size < 1 or self.min_train_batch_size < 1:
@@ -94,8 +101,16 @@ def pack_training_batches(batches: Sequence[TrainingBatch]) -> tuple[TrainingBat
     Optional per-row fields are filled in for the batches that lack them when
     another batch has them: ``segment_end`` with True (every row its own
     segment), ``weights`` with 1.0 and ``bootstrap_steps`` with 1 (one-step
-    transitions). A field that no batch has stays None.
+    transitions). A field that no batch has stays None. A single batch is
+    returned as it is, with ``segment_end`` filled in.
     """
+    if len(batches) == 1:
+        (only,) = batches
+        terminal = np.asarray(only.terminal, bool)
+        ends = np.ones(terminal.shape[0], bool) if only.segment_end is None else np.asarray(only.segment_end, bool)
+        if terminal is not only.terminal or ends is not only.segment_end:
+            only = dataclasses.replace(only, terminal=terminal, segment_end=ends)
+        return only, [0, only.size]
     inputs, offsets = pack_fields([b.inputs for b in batches])
     n = [b.size for b in batches]
     seg = [np.ones(k, bool) if b.segment_end is None else np.asarray(b.segment_end, bool) for b, k in zip(batches, n)]
@@ -172,6 +187,8 @@ class ComputationWrapper:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._stats_lock = threading.Lock()
+        # One learning call at a time, whether the training loop or a caller (learn_on_caller) serves it.
+        self._learn_lock = threading.Lock()
         self.serve_predictions_in_thread = True
 
     # --------------------------------------------------------------- wiring
@@ -386,8 +403,33 @@ class ComputationWrapper:
                 self._requeue(self.training_q, items, carry)
                 break
             if items:
-                self._serve_guarded(items, "learn")
+                with self._learn_lock:
+                    self._serve_guarded(items, "learn")
         self._end_loop(self.training_q, carry)
+
+    def try_serve_training(self, comm: Communicator, batch: TrainingBatch) -> bool:
+        """Serve ``batch`` on the calling thread if ``learn_on_caller`` allows it now; True when served.
+
+        Allowed when the batch alone is a whole learning call (``min_train_batch_size`` to
+        ``max_train_batch_size`` samples), no other training request is queued (those are
+        batched by the training loop) and no learning call is running. The answer goes to
+        ``comm``'s return queue as from the loop; a failure of serving itself kills the wrapper
+        as a loop failure would.
+        """
+        c = self.config
+        if not c.learn_on_caller or self._stop.is_set() or not self.training_q.empty():
+            return False
+        if not c.min_train_batch_size <= batch.size <= c.max_train_batch_size:
+            return False
+        if not self._learn_lock.acquire(blocking=False):
+            return False
+        try:
+            self.serve_training([(comm, batch)])
+        except BaseException as exc:  # noqa: BLE001 - answered to the caller, the wrapper is dead
+            self.fail(exc, traceback.format_exc(), [(comm, batch)], "learn")
+        finally:
+            self._learn_lock.release()
+        return True
 
     def _end_loop(self, q: queue.SimpleQueue[Any], carry: list[Any]) -> None:
         """Put back what a stopping loop took but did not serve, and answer every queued request.

@@ -199,6 +199,10 @@ class _RemoteWrapper:
         self.error: BaseException | None = None
         self.comms: dict[int, Communicator] = {}
 
+    def try_serve_training(self, comm: Communicator, batch: TrainingBatch) -> bool:
+        """Learning runs in the learner process: never on a worker's thread (``learn_on_caller`` has no effect)."""
+        return False
+
     def check_alive(self) -> None:
         if self.error is not None:
             raise WrapperError(f"task {self.task.name!r}: {self.error}")
