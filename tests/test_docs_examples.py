@@ -135,3 +135,16 @@ def test_getting_started_script_with_a_budget_below_the_first_evaluation(getting
     out = _run_script(getting_started_dir, "train_cartpole.py", "600")
     assert "600 env steps" in out
     assert (getting_started_dir / "runs" / "my_cartpole" / "learning_curve.png").exists()
+
+
+@pytest.mark.timeout(120)
+def test_the_readme_example_runs_from_the_repository_root(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = DOCS.parent / "README.md"
+    blocks = [code for _, code in _blocks(readme)]
+    assert len(blocks) == 1, "the README has one Python example"
+    code = blocks[0]
+    assert "max_steps=50_000" in code
+    # The same program with a smaller budget (the reader's run takes a few seconds more).
+    exec(compile(code.replace("max_steps=50_000", "max_steps=2_000"), "README.md", "exec"), {"__name__": "__readme__"})
+    mean_return, mean_batch = capsys.readouterr().out.split()
+    assert float(mean_return) > 0 and float(mean_batch) > 1
