@@ -25,10 +25,19 @@ from parl.runtimes.base import AgentRuntime
 from parl.runtimes.control import AgentFailure, AgentSlot, RunControl
 from parl.runtimes.coroutines import CoroutineRuntime
 from parl.runtimes.faults import FaultConfig, FaultStats
-from parl.runtimes.processes import ProcessRuntime, RemoteAgentSpec, TaskSpecs
+from parl.runtimes.processes import HelperStates, ProcessRuntime, RemoteAgentSpec, TaskSpecs
 from parl.runtimes.threads import ThreadRuntime
 
-__all__ = ["Manager", "ManagerConfig", "TaskConfig", "RunReport", "Runtime", "AgentFactory", "HelperFactory"]
+__all__ = [
+    "Manager",
+    "ManagerConfig",
+    "TaskConfig",
+    "RunReport",
+    "Runtime",
+    "AgentFactory",
+    "HelperFactory",
+    "HelperStates",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +125,8 @@ class ManagerConfig:
     """How often ``run`` checks stop conditions."""
     faults: FaultConfig = field(default_factory=FaultConfig)
     """How env crashes and hangs are handled (by default an env error fails its agent)."""
+    helper_state_timeout_s: float = 60.0
+    """Processes and ray runtimes: how long a checkpoint waits for the workers' helper states (replay buffers)."""
 
     def __post_init__(self) -> None:
         if self.num_agents < 1:
@@ -128,6 +139,8 @@ class ManagerConfig:
             ) from None
         if self.num_threads < 1:
             raise ValueError(f"ManagerConfig.num_threads must be >= 1, got {self.num_threads}")
+        if not self.helper_state_timeout_s > 0:
+            raise ValueError(f"ManagerConfig.helper_state_timeout_s must be > 0, got {self.helper_state_timeout_s}")
 
 
 @dataclass
@@ -265,13 +278,8 @@ class Manager:
     def _start_agents(self, runtime: AgentRuntime, control: RunControl) -> None:
         c = self.config
         if isinstance(runtime, ProcessRuntime):
-            if self.pending_helper_states:
-                logger.warning(
-                    "helper states (replay buffers) of a checkpoint are not restored into worker processes; "
-                    "agents of the %s runtime start with empty buffers",
-                    runtime.name,
-                )
-                self.pending_helper_states = {}
+            # The workers build their agents with these states (and a restarted worker with the last checkpoint's).
+            runtime.helper_states, self.pending_helper_states = self.pending_helper_states, {}
             # Workers start before any thread of ours, so a forked worker inherits no lock mid-use.
             spec = RemoteAgentSpec(
                 tasks=[TaskSpecs.of(self.tasks[tc.name], tc.wrapper) for tc in self.task_configs],
@@ -302,6 +310,48 @@ class Manager:
             for w in self.wrappers.values():
                 w.start()
             runtime.start(self.slots, control)
+
+    # ---------------------------------------------------------- checkpoints
+    def collect_helper_states(self, timeout: float | None = None) -> HelperStates:
+        """Every agent's helper states (replay buffers, their RNG and schedule), for a checkpoint.
+
+        Agents in this process (threads, coroutines) are read directly. Agents in workers
+        (processes, ray) are asked from their workers, which answer at a safe point of their loop
+        (no helper inside ``store_data``); after a run, the states the workers reported as their
+        agents stopped are used. Agents whose worker died are listed in ``missing`` and logged as
+        not saved.
+
+        Raises:
+            HelperStateError: a running worker did not answer within ``timeout``
+                (default ``ManagerConfig.helper_state_timeout_s``) or its helpers' ``state_dict`` failed.
+        """
+        runtime = self.runtime
+        if isinstance(runtime, ProcessRuntime) and runtime.links:
+            result = runtime.collect_helper_states(
+                timeout if timeout is not None else self.config.helper_state_timeout_s
+            )
+        else:
+            result = HelperStates(
+                {
+                    slot.agent_id: {name: helper.state_dict() for name, helper in slot.agent.helpers.items()}
+                    for slot in self.slots
+                    if slot.agent is not None
+                }
+            )
+        for agent_id, state in self.pending_helper_states.items():  # restored, not built yet: unchanged
+            result.states.setdefault(agent_id, state)
+        reasons: dict[str, list[int]] = {}
+        for agent_id, why in sorted(result.missing.items()):
+            reasons.setdefault(why, []).append(agent_id)
+        for why, agents in reasons.items():
+            logger.warning("helper states (replay buffers) of agents %s are not saved: %s", agents, why)
+        return result
+
+    def helper_states_saved(self, states: HelperStates) -> None:
+        """Called once a checkpoint holding ``states`` is written: a worker that dies and is restarted later
+        in this run builds its agents with these states (processes and ray runtimes, ``restart_failed_agents``)."""
+        if isinstance(self.runtime, ProcessRuntime):
+            self.runtime.remember_helper_states(states.states)
 
     # -------------------------------------------------------------- running
     def run(self, stop_when: Callable[[RunControl], bool] | None = None) -> RunReport:

@@ -19,19 +19,30 @@ learning results come back the same way.
 A worker that dies (killed from outside, crashed env library) is detected by
 its link within a poll interval and reported as a failure of its agents, or
 restarted when ``restart_failed_agents`` is set.
+
+Helper states (replay buffers) live in the workers. For a checkpoint the learner
+asks every worker for them (:meth:`ProcessRuntime.collect_helper_states`); the
+worker answers at a safe point of its hub loop, when every agent is suspended in
+a wait and no helper is inside ``store_data``. A worker that stops reports its
+final states before it ends, so a checkpoint written after the run has them too.
+Agents are built with the states given to their worker at start: those of the
+checkpoint the run resumed from, and, for a worker restarted after it died,
+those of the last checkpoint saved during the run.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
+import queue
 import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -56,9 +67,26 @@ from parl.runtimes.control import AgentSlot, RunControl
 from parl.runtimes.coroutines import Hub
 from parl.runtimes.faults import FaultConfig
 
-__all__ = ["ProcessRuntime", "TaskSpecs", "RemoteAgentSpec"]
+__all__ = ["ProcessRuntime", "TaskSpecs", "RemoteAgentSpec", "HelperStates", "HelperStateError", "AgentHelperStates"]
 
 logger = logging.getLogger(__name__)
+
+AgentHelperStates = dict[int, dict[str, dict[str, Any]]]
+"""Agent id -> task name -> that agent's ``helper.state_dict()``."""
+
+
+class HelperStateError(RuntimeError):
+    """A worker did not report its agents' helper states (no answer in time, or ``state_dict`` failed)."""
+
+
+@dataclass
+class HelperStates:
+    """The helper states of a run's agents at one moment, and the agents whose states are missing."""
+
+    states: AgentHelperStates = field(default_factory=dict)
+    """Agent id -> task name -> ``helper.state_dict()`` (replay buffers, their RNG and schedule)."""
+    missing: dict[int, str] = field(default_factory=dict)
+    """Agent id -> why its helper states are not in :attr:`states` (its worker died, ...)."""
 
 
 @dataclass
@@ -352,6 +380,32 @@ def _picklable(error: BaseException) -> BaseException:
         return RuntimeError(f"{type(error).__name__}: {error}")
 
 
+class _WorkerHub(Hub):
+    """A worker's Hub that also runs the learner's requests (helper states) at a safe point of its loop.
+
+    The scheduler drains its inbox only from the hub's main greenlet, while every agent greenlet is
+    suspended in a wait (for a prediction or a learn result): no helper is then inside ``store_data``
+    or sampling its buffer, so what a request reads is whole.
+    """
+
+    def __init__(self, index: int, poll_s: float) -> None:
+        super().__init__(index, poll_s)
+        self.requests: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+    def _drain_inbox(self, block: bool) -> bool:
+        self.run_requests()
+        return super()._drain_inbox(block)
+
+    def run_requests(self) -> None:
+        """Run the requests queued so far (in the hub's thread, between agent switches)."""
+        while True:
+            try:
+                request = self.requests.get_nowait()
+            except queue.Empty:
+                return
+            request()
+
+
 class _Worker:
     """The body of a worker process: builds its agents and runs them in a Hub."""
 
@@ -364,15 +418,19 @@ class _Worker:
         pred_conn: mpc.Connection,
         msg_conn: mpc.Connection,
         stop_event: Any,
+        helper_states: AgentHelperStates | None = None,
     ) -> None:
         self.worker, self.agent_ids, self.spec = worker, agent_ids, spec
+        # Loaded into each agent's helpers when it is first built (popped: an agent rebuilt after
+        # its own failure starts with fresh helpers, as in every runtime).
+        self.pending_states: AgentHelperStates = dict(helper_states or {})
         self.msg_conn, self.stop_event = msg_conn, stop_event
         self.messenger = _WorkerMessenger(msg_conn, stop_event)
         self.wrappers = [
             _RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger)
             for i, t in enumerate(spec.tasks)
         ]
-        self.hub = Hub(worker, poll_s=0.02)
+        self.hub = _WorkerHub(worker, poll_s=0.02)
         self.control = _WorkerControl(
             max(agent_ids) + 1 if agent_ids else 0,
             restart_failed_agents=spec.restart_failed_agents,
@@ -391,6 +449,9 @@ class _Worker:
             helper_cls, cfg = self.spec.helpers[i]
             name = w.task.name
             helpers[name] = helper_cls(name, comm) if cfg is None else helper_cls(name, comm, cfg)
+        for name, state in self.pending_states.pop(agent_id, {}).items():
+            if name in helpers and state:
+                helpers[name].set_state_dict(state)
         env = guard_env(self.spec.make_env, agent_id, self.spec.faults, self.control.record_fault)
         agent = self.spec.agent_factory(agent_id, env, helpers)
         if agent.seed is None:
@@ -407,8 +468,36 @@ class _Worker:
             if msg[0] == "learn_result":
                 _, task_index, agent_id, item = msg
                 self.comms[(task_index, agent_id)].put_training_return(item)
+            elif msg[0] == "helper_state":
+                self.hub.requests.put(functools.partial(self.answer_helper_states, msg[1]))
             elif msg[0] == "stop":
                 self.stop_event.set()
+
+    def helper_states(self) -> tuple[AgentHelperStates, dict[int, str]]:
+        """Every agent's helper states (call only at a safe point: from the hub loop, or after it ended)."""
+        states: AgentHelperStates = {}
+        missing: dict[int, str] = {}
+        for slot in self.hub.slots:
+            if slot.agent is not None:
+                states[slot.agent_id] = {name: h.state_dict() for name, h in slot.agent.helpers.items()}
+            elif slot.agent_id in self.pending_states:  # not built yet: it will start from these
+                states[slot.agent_id] = self.pending_states[slot.agent_id]
+            else:
+                missing[slot.agent_id] = f"agent {slot.agent_id} was never built in worker {self.worker}"
+        return states, missing
+
+    def answer_helper_states(self, request_id: int | None) -> None:
+        """Send the helper states to the learner: ``("helper_state", request_id, states, missing, error)``.
+
+        ``request_id`` None marks the final states, sent once the agents stopped.
+        """
+        try:
+            states, missing = self.helper_states()
+            self.messenger.send(("helper_state", request_id, states, missing, None))
+        except (EOFError, OSError):
+            logger.debug("worker %d could not send its helper states: the learner is gone", self.worker)
+        except Exception as exc:  # noqa: BLE001 - a state_dict that fails or does not pickle: the learner raises
+            self.report(("helper_state", request_id, {}, {}, (_picklable(exc), traceback.format_exc())))
 
     def report(self, msg: tuple[Any, ...]) -> None:
         try:
@@ -427,6 +516,10 @@ class _Worker:
             first = self.agent_ids[0] if self.agent_ids else -1
             self.report(("failure", first, _picklable(exc), traceback.format_exc(), False))
         finally:
+            # The agents have stopped: answer what was asked meanwhile, then report the final states
+            # (a checkpoint written after the run reads them) before saying goodbye.
+            self.hub.run_requests()
+            self.answer_helper_states(None)
             for slot in self.hub.slots:
                 if slot.agent is not None:
                     try:
@@ -448,9 +541,10 @@ def _worker_main(
     pred_conn: mpc.Connection,
     msg_conn: mpc.Connection,
     stop_event: Any,
+    helper_states: AgentHelperStates | None = None,
 ) -> None:
     """Entry point of a worker process."""
-    _Worker(worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event).run()
+    _Worker(worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event, helper_states).run()
 
 
 # --------------------------------------------------------------------------- learner side
@@ -471,6 +565,19 @@ class _ProxyComm:
 
     def put_prediction_return(self, item: Any) -> None:  # pragma: no cover - predictions go through shm
         raise RuntimeError("remote predictions are answered through shared memory")
+
+
+@dataclass
+class _StateReply:
+    """A worker's answer to one helper-state request (or its final states), filled by the link's thread."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    states: AgentHelperStates = field(default_factory=dict)
+    missing: dict[int, str] = field(default_factory=dict)
+    error: tuple[BaseException, str] | None = None
+    """(error, traceback) when the worker could not read or send its states."""
+    ended: bool = False
+    """The worker ended before answering."""
 
 
 class _WorkerLink:
@@ -496,14 +603,46 @@ class _WorkerLink:
         # "still running"); the serving thread and close() take turns.
         self._reap_lock = threading.Lock()
         self.buffers: list[tuple[_SharedArrays, _SharedArrays]] = []
+        # Helper-state requests waiting for their answer; `ready` is False while the worker (re)starts.
+        self._replies_lock = threading.Lock()
+        self._replies: dict[int, _StateReply] = {}
+        self.ready = False
+        self.final_states: _StateReply | None = None
+        """The helper states the worker reported when its agents stopped (None until then)."""
 
     def start(self) -> None:
         """Start (or restart) the worker and the thread that serves it."""
+        with self._replies_lock:
+            self.ready = False
+            self.final_states = None
         self.exited = False
         self.said_goodbye = False
         self.pred_conn, self.msg_conn = self._launch()
+        with self._replies_lock:
+            self.ready = True
         self.thread = threading.Thread(target=self._serve, name=f"parl-link-{self.index}", daemon=True)
         self.thread.start()
+
+    def request_helper_states(self, request_id: int) -> _StateReply | None:
+        """Ask the worker for its agents' helper states; None when it is not running (ended or restarting)."""
+        with self._replies_lock:
+            if not self.ready or self.exited:
+                return None
+            reply = _StateReply()
+            self._replies[request_id] = reply
+        self.send(("helper_state", request_id))  # a worker gone meanwhile fails the reply in _on_exit
+        return reply
+
+    def _helper_state(self, request_id: int | None, reply: _StateReply) -> None:
+        if request_id is None:
+            self.final_states = reply
+            reply.done.set()
+            return
+        with self._replies_lock:
+            waiting = self._replies.pop(request_id, None)
+        if waiting is not None:
+            waiting.states, waiting.missing, waiting.error = reply.states, reply.missing, reply.error
+            waiting.done.set()
 
     def describe(self) -> str:
         return f"worker process {self.index} (pid {self.process.pid})"
@@ -519,7 +658,10 @@ class _WorkerLink:
         return code
 
     def _launch(self) -> tuple[mpc.Connection, mpc.Connection]:
-        """Start the worker process; return the (prediction, message) connections to it."""
+        """Start the worker process; return the (prediction, message) connections to it.
+
+        Its agents are built with the runtime's helper states for them (see :attr:`ProcessRuntime.helper_states`).
+        """
         rt = self.runtime
         ctx: Any = mp.get_context(rt.start_method)
         capacity = max(1, len(self.agent_ids))
@@ -531,7 +673,16 @@ class _WorkerLink:
         msg_conn, child_msg = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
             target=_worker_main,
-            args=(self.index, self.agent_ids, rt.remote_spec, channels, child_pred, child_msg, rt.stop_event),
+            args=(
+                self.index,
+                self.agent_ids,
+                rt.remote_spec,
+                channels,
+                child_pred,
+                child_msg,
+                rt.stop_event,
+                rt.helper_states_for(self.agent_ids),
+            ),
             name=f"parl-worker-{self.index}",
             # Not daemonic, so that a worker may host its envs in processes of their own (FaultConfig);
             # stop() always ends it, and a worker whose learner is gone stops on the closed pipes.
@@ -613,12 +764,21 @@ class _WorkerLink:
         elif kind == "fault":
             _, fault_kind, n = msg
             self.control.record_fault(fault_kind, n)
+        elif kind == "helper_state":
+            _, request_id, states, missing, error = msg
+            self._helper_state(request_id, _StateReply(states=states, missing=missing, error=error))
         elif kind == "exited":
             self.said_goodbye = True
             self.exited = True
 
     def _on_exit(self) -> None:
         self.exited = True
+        with self._replies_lock:
+            self.ready = False
+            unanswered, self._replies = self._replies, {}
+        for reply in unanswered.values():
+            reply.ended = True
+            reply.done.set()
         code = self._exit_code()
         died = code not in (0, None) or (code is None and not self.said_goodbye)
         if died and not self.runtime.stopping:
@@ -679,6 +839,61 @@ class ProcessRuntime:
         self.control: RunControl | None = None
         self._lock = threading.Lock()
         self.worker_restarts = 0
+        self.helper_states: AgentHelperStates = {}
+        """Helper states a worker builds its agents with when it starts or restarts: set before
+        :meth:`start_remote` (a resumed run's checkpoint), replaced by :meth:`remember_helper_states`
+        after each checkpoint of the run (kept only when workers may restart)."""
+        self._requests = 0
+
+    def helper_states_for(self, agent_ids: Sequence[int]) -> AgentHelperStates:
+        """The helper states of ``agent_ids`` a (re)starting worker builds its agents with."""
+        with self._lock:
+            return {a: self.helper_states[a] for a in agent_ids if a in self.helper_states}
+
+    def remember_helper_states(self, states: AgentHelperStates) -> None:
+        """Make ``states`` (those of a checkpoint just written) the states a restarted worker's agents get."""
+        if self.control is not None and self.control.restart_failed_agents:
+            with self._lock:
+                self.helper_states.update(states)
+
+    def collect_helper_states(self, timeout: float) -> HelperStates:
+        """Every agent's helper states, asked from all workers at once.
+
+        A running worker answers at a safe point of its hub loop (no helper inside ``store_data``);
+        a worker that stopped gave its final states as it ended. Agents of a worker that died (or
+        is restarting) are listed in :attr:`HelperStates.missing` with the reason.
+
+        Raises:
+            HelperStateError: a running worker did not answer within ``timeout`` seconds, or its
+                agents' ``state_dict`` failed (the error names the worker and carries its traceback).
+        """
+        with self._lock:
+            self._requests += 1
+            request_id = self._requests
+        asked = [(link, link.request_helper_states(request_id)) for link in self.links]
+        deadline = time.monotonic() + timeout
+        result = HelperStates()
+        for link, reply in asked:
+            if reply is not None and not reply.done.wait(max(0.0, deadline - time.monotonic())):
+                raise HelperStateError(
+                    f"{link.describe()} did not report the helper states of agents {link.agent_ids} within "
+                    f"{timeout:g} s (an agent blocked in a long env step? see ManagerConfig.helper_state_timeout_s)"
+                )
+            if reply is None or reply.ended:
+                reply = link.final_states  # the worker ended: the states it reported as its agents stopped
+            if reply is None:
+                why = f"{link.describe()} ended or is restarting without reporting them (it died or was killed)"
+                result.missing.update({a: why for a in link.agent_ids})
+                continue
+            if reply.error is not None:
+                error, tb = reply.error
+                raise HelperStateError(
+                    f"{link.describe()} could not report its agents' helper states: "
+                    f"{type(error).__name__}: {error}\n{tb}"
+                ) from error
+            result.states.update(reply.states)
+            result.missing.update(reply.missing)
+        return result
 
     def communicator(self, wrapper: ComputationWrapper, agent_id: int) -> Communicator:
         raise RuntimeError("the process runtime builds its agents inside the workers")
@@ -701,6 +916,9 @@ class ProcessRuntime:
             self.links.append(self._new_link(w, ids, control))
         for link in self.links:
             link.start()
+        if not control.restart_failed_agents:
+            with self._lock:
+                self.helper_states = {}  # every worker has its share; none will restart
 
     def _make_stop_event(self) -> Any:
         return mp.get_context(self.start_method).Event()

@@ -22,6 +22,13 @@ connections; the link notices at once, counts the lost worker and its
 episodes in flight, and starts a new actor for the same agents when
 ``restart_failed_agents`` is set.
 
+Helper states (replay buffers) travel like in the process runtime: a
+checkpoint asks each actor on its message connection, the actor answers at a
+safe point of its hub loop and reports its final states when it stops; a new
+actor gets its agents' states as an argument of ``run`` (those of the
+checkpoint the run resumed from, or of the last checkpoint when it replaces a
+lost actor).
+
 Use it through the Manager; agent code does not change::
 
     ManagerConfig(runtime="ray", num_workers=4, num_agents=256, ray_address="auto")
@@ -43,7 +50,7 @@ import time
 from typing import Any
 
 from parl.runtimes.control import RunControl
-from parl.runtimes.processes import ProcessRuntime, RemoteAgentSpec, _Worker, _WorkerLink
+from parl.runtimes.processes import AgentHelperStates, ProcessRuntime, RemoteAgentSpec, _Worker, _WorkerLink
 
 __all__ = ["RayRuntime", "ray_available"]
 
@@ -89,14 +96,23 @@ def _no_delay(conn: mpc.Connection) -> mpc.Connection:
 
 
 def _actor_main(
-    worker: int, generation: int, agent_ids: list[int], spec: RemoteAgentSpec, address: Any, authkey: bytes
+    worker: int,
+    generation: int,
+    agent_ids: list[int],
+    spec: RemoteAgentSpec,
+    address: Any,
+    authkey: bytes,
+    helper_states: AgentHelperStates | None = None,
 ) -> int:
-    """Body of the actor's ``run`` method: connect back to the learner and run the agents."""
+    """Body of the actor's ``run`` method: connect back to the learner and run the agents.
+
+    ``helper_states`` are loaded into the agents' helpers as they are built (a resumed run, a replaced actor).
+    """
     pred = _no_delay(mpc.Client(address, authkey=authkey))
     pred.send(("hello", worker, generation, "pred"))
     msg = _no_delay(mpc.Client(address, authkey=authkey))
     msg.send(("hello", worker, generation, "msg"))
-    _Worker(worker, agent_ids, spec, None, pred, msg, threading.Event()).run()
+    _Worker(worker, agent_ids, spec, None, pred, msg, threading.Event(), helper_states).run()
     return os.getpid()
 
 
@@ -123,8 +139,9 @@ def _remote_worker_class() -> Any:
                 spec: RemoteAgentSpec,
                 address: Any,
                 authkey: bytes,
+                helper_states: AgentHelperStates | None = None,
             ) -> int:
-                return _actor_main(worker, generation, agent_ids, spec, address, authkey)
+                return _actor_main(worker, generation, agent_ids, spec, address, authkey, helper_states)
 
         _actor_class = ray.remote(RayAgentWorker)
     return _actor_class
@@ -230,7 +247,13 @@ class _RayLink(_WorkerLink):
         self.actor = _remote_worker_class().options(**rt.actor_options).remote()
         self._pid_ref = self.actor.pid.remote()
         self.run_ref = self.actor.run.remote(
-            self.index, self.generation, self.agent_ids, rt.remote_spec, rt.acceptor.address, rt.acceptor.authkey
+            self.index,
+            self.generation,
+            self.agent_ids,
+            rt.remote_spec,
+            rt.acceptor.address,
+            rt.acceptor.authkey,
+            rt.helper_states_for(self.agent_ids),
         )
         self._submitted = True
 

@@ -5,9 +5,11 @@ A checkpoint is a directory ``<run_dir>/checkpoints/step_<env steps>/`` holding
 - ``task_<name>.pdckpt`` for every task: parameters, optimizer state and the
   algorithm's own state (schedules, exploration RNG), via ``ComputationTask.save``;
 - ``helpers.pkl``: each agent's helper state (replay buffers, their sampling
-  RNG and learning schedule) for agents hosted in this process;
-- ``state.pkl``: the run's counters, the Python, NumPy and Paddle RNG states and
-  the resolved config.
+  RNG and learning schedule), from every runtime: agents in worker processes or
+  Ray actors report theirs when asked (see :meth:`Manager.collect_helper_states`);
+- ``state.pkl``: the run's counters, the Python, NumPy and Paddle RNG states,
+  the resolved config and the agents whose helper states could not be saved
+  (their worker had died), with the reason.
 
 It is written into a hidden temporary directory, every file is fsynced, and
 the directory is renamed into place in one step; only then does the
@@ -102,6 +104,8 @@ class RunCheckpointer:
     # ------------------------------------------------------------------ save
     def save(self, manager: Manager, counters: RunCounters, config: Any = None) -> Path:
         """Write a checkpoint of ``manager``'s tasks and helpers with ``counters``; return its directory."""
+        # Asked first: a worker that does not answer fails the save before anything is written.
+        helpers = manager.collect_helper_states()
         self.root.mkdir(parents=True, exist_ok=True)
         self._remove_leftovers()
         tmp = self.root / f".tmp-{secrets.token_hex(6)}"
@@ -109,16 +113,12 @@ class RunCheckpointer:
         try:
             for name, task in manager.tasks.items():
                 task.save(tmp / f"task_{name}.pdckpt")
-            helpers = {
-                slot.agent_id: {name: helper.state_dict() for name, helper in slot.agent.helpers.items()}
-                for slot in manager.slots
-                if slot.agent is not None
-            }
-            self._dump(tmp / "helpers.pkl", helpers)
+            self._dump(tmp / "helpers.pkl", helpers.states)
             state = {
                 "format": _FORMAT,
                 "counters": counters,
                 "config": config_to_dict(config) if config is not None else None,
+                "helpers_missing": helpers.missing,
                 "rng": {
                     "python": random.getstate(),
                     "numpy": np.random.get_state(),
@@ -140,6 +140,7 @@ class RunCheckpointer:
             Path(path).write_text(final.name + "\n")
 
         atomic_write(self.root / "latest", write_pointer)
+        manager.helper_states_saved(helpers)
         self._prune()
         logger.info("checkpoint %s written", final)
         return final
@@ -238,6 +239,14 @@ class RunCheckpointer:
             task.load(file)
         with open(p / "helpers.pkl", "rb") as f:
             helpers: dict[int, dict[str, dict[str, Any]]] = pickle.load(f)
+        missing: dict[int, str] = state.get("helpers_missing") or {}
+        if missing:
+            logger.warning(
+                "checkpoint %s has no helper states for agents %s (not saved: %s); they start with empty buffers",
+                p,
+                sorted(missing),
+                "; ".join(sorted(set(missing.values()))),
+            )
         manager.pending_helper_states = helpers
         if restore_rng:
             rng = state["rng"]
