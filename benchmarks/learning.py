@@ -116,7 +116,13 @@ PARL_ON_POLICY: dict[str, dict[str, Any]] = {
     # RL-Zoo's shape (8 envs x 32 steps = 256 rows per update, one 256-row minibatch), fewer epochs and a
     # higher constant lr: parl's learner costs ~7 ms per minibatch, so 10 epochs at 3e-3 beat Zoo's 20 at 1e-3.
     "ppo": {"num_agents": 8, "sample_interval": 32, "lr": 3e-3, "config": {"epochs": 10}},
-    "a2c": {"num_agents": 16, "sample_interval": 16, "lr": 3e-3, "config": {"entropy_coef": 0.0}},
+    # Zoo's shape (8 envs x 5 steps = 40 rows per update, gae_lambda 1, raw advantages), Adam at 4e-3.
+    "a2c": {
+        "num_agents": 8,
+        "sample_interval": 5,
+        "lr": 4e-3,
+        "config": {"entropy_coef": 0.0, "gae_lambda": 1.0, "normalize_advantages": False},
+    },
 }
 """Arguments of ``examples.cartpole_a2c.train.build_manager``; ``config`` holds fields of the algorithm's
 config (PPOConfig/A2CConfig) that the benchmark sets on the built algorithm, since build_manager takes

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import paddle
 
-from parl.algorithms.functional import categorical_entropy, categorical_log_prob, gae_advantages
+from parl.algorithms.functional import categorical_entropy, categorical_log_prob, clip_grad_norm_, gae_advantages
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
@@ -64,10 +64,10 @@ class A2C(Algorithm):
         if len(specs) != 1 or specs[0].shape != () or specs[0].np_dtype.kind not in "iu":
             raise ValueError(f"A2C needs exactly one scalar integer action field, the model declares {specs}")
         self.action_name = specs[0].name
-        clip = paddle.nn.ClipGradByGlobalNorm(self.config.max_grad_norm) if self.config.max_grad_norm > 0 else None
-        self.optimizer = paddle.optimizer.Adam(
-            learning_rate=self.config.lr, parameters=self.model.parameters(), grad_clip=clip
-        )
+        # Gradients are clipped by clip_grad_norm_ (the rule of paddle's ClipGradByGlobalNorm, in fewer ops).
+        self._params = list(self.model.parameters())
+        self.adam = paddle.optimizer.Adam(learning_rate=self.config.lr, parameters=self._params)
+        self.optimizer = self.adam
         self.learn_steps = 0
 
     def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
@@ -95,17 +95,33 @@ class A2C(Algorithm):
         return Prediction(actions={self.action_name: action.astype(np.int64)})
 
     def advantages(self, batch: TrainingBatch) -> tuple[paddle.Tensor, np.ndarray, np.ndarray]:
-        """Values, GAE advantages and value targets of a batch (no gradient through the targets)."""
+        """Values, GAE advantages and value targets of a batch (no gradient through the targets).
+
+        One value pass over ``[inputs; next_inputs]``: the gradient flows through the first half
+        only (``v_t``); the bootstrap values ``v_tp1`` are detached.
+        """
         c = self.config
-        reward = next(iter(batch.rewards.values())).reshape([-1])
-        v_t = self._value(batch.inputs)
-        with paddle.no_grad():
-            v_tp1 = self._value(batch.next_inputs)
-            delta = reward + c.gamma * (1.0 - batch.terminal) * v_tp1 - v_t.detach()
-        seg = batch.segment_end.numpy() if batch.segment_end is not None else np.ones(delta.shape[0], np.float32)
-        adv = gae_advantages(delta.numpy(), seg, c.gamma, c.gae_lambda)
-        returns = adv + v_t.detach().numpy()
-        return v_t, adv, returns
+        size = batch.size
+        both = {k: paddle.concat([v, batch.next_inputs[k]]) for k, v in batch.inputs.items()}
+        values = self._value(both)
+        v_t = values[:size]
+        v_np = values.detach().numpy()
+        reward = next(iter(batch.rewards.values())).numpy().reshape(-1)
+        terminal = batch.terminal.numpy().reshape(-1)
+        delta = reward + c.gamma * (1.0 - terminal) * v_np[size:] - v_np[:size]
+        seg = batch.segment_end.numpy().astype(bool) if batch.segment_end is not None else np.ones(size, bool)
+        adv = gae_advantages(delta, seg, c.gamma, c.gae_lambda)
+        returns = adv + v_np[:size]
+        return v_t, adv, returns.astype(np.float32)
+
+    def _step(self, loss: paddle.Tensor) -> None:
+        """Back-propagate, clip the global gradient norm, step Adam under ``param_lock``."""
+        loss.backward()
+        if self.config.max_grad_norm > 0:
+            clip_grad_norm_(self._params, self.config.max_grad_norm)
+        with self.model.param_lock:
+            self.adam.step()
+        self.adam.clear_grad()
 
     def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
         c = self.config
@@ -113,11 +129,16 @@ class A2C(Algorithm):
         adv_used = (adv - adv.mean()) / (adv.std() + 1e-8) if c.normalize_advantages and adv.size > 1 else adv
         logits = self.model.policy(batch.inputs)  # type: ignore[operator]
         logp = categorical_log_prob(logits, batch.actions[self.action_name])
-        entropy = categorical_entropy(logits).mean()
-        policy_loss = -(logp * paddle.to_tensor(adv_used)).mean()
-        value_loss = ((v_t - paddle.to_tensor(returns)) ** 2).mean()
-        loss = policy_loss + c.value_coef * value_loss - c.entropy_coef * entropy
-        self.apply_gradients(loss, self.optimizer)
+        policy_loss = -(logp * paddle.to_tensor(adv_used.astype(np.float32))).mean()
+        value_loss = (v_t - paddle.to_tensor(returns)).square().mean()
+        loss = policy_loss + c.value_coef * value_loss
+        if c.entropy_coef != 0.0:
+            entropy = categorical_entropy(logits).mean()
+            loss = loss - c.entropy_coef * entropy
+        else:
+            with paddle.no_grad():  # reported only
+                entropy = categorical_entropy(logits.detach()).mean()
+        self._step(loss)
         self.learn_steps += 1
         return {
             "loss": loss.detach(),
