@@ -48,7 +48,15 @@ from parl.framework.algorithm import Algorithm
 from parl.framework.communicator import Communicator
 from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import BatchStats, ComputationWrapper, WrapperConfig
-from parl.framework.errors import AgentError, EnvFault, EnvFaultLimitError, RunStopped, TaskError, WrapperError
+from parl.framework.errors import (
+    AgentError,
+    EnvFault,
+    EnvFaultLimitError,
+    HelperStateError,
+    RunStopped,
+    TaskError,
+    WrapperError,
+)
 from parl.framework.factories import create_algorithm_func
 from parl.framework.manager import Manager, ManagerConfig, RunReport, Runtime, TaskConfig
 from parl.framework.model import Model
@@ -74,6 +82,7 @@ __all__ = [
     "TrainSummary",
     "EnvFault",
     "EnvFaultLimitError",
+    "HelperStateError",
     "FaultConfig",
     "FaultStats",
     "GuardedEnv",

@@ -251,10 +251,12 @@ def test_training_each_agent_gets_exactly_its_rows_and_batches_respect_limits(ru
     assert stats.samples == total == sum(algo.learn_sizes)
     assert stats.requests == 16 * TrainingAgent.calls
     assert max(algo.learn_sizes) <= 12
-    # Sizes count samples: batches reach the minimum of 8 samples whenever enough agents are sending;
-    # only the tail of the run (too few requests left) may be smaller, after train_max_wait_s.
+    # Sizes count samples: batches reach the minimum of 8 samples whenever enough agents are sending.
+    # A smaller one is learned only after train_max_wait_s, when the agents still sending have fewer
+    # than 8 rows in flight between them; every such round takes one request of each of those agents,
+    # so there are at most `calls` of them, whatever order the agents finish in.
     small = [s for s in algo.learn_sizes if s < 8]
-    assert len(small) <= 3, algo.learn_sizes
+    assert len(small) <= TrainingAgent.calls, algo.learn_sizes
     assert stats.mean_batch >= 8
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TaskError", "AgentError", "RunStopped", "WrapperError", "EnvFault", "EnvFaultLimitError"]
+__all__ = [
+    "TaskError",
+    "AgentError",
+    "RunStopped",
+    "WrapperError",
+    "EnvFault",
+    "EnvFaultLimitError",
+    "HelperStateError",
+]
 
 
 class TaskError(RuntimeError):
@@ -105,3 +113,8 @@ class EnvFault(Exception):
 
 class EnvFaultLimitError(RuntimeError):
     """An env faulted more times in a row than ``FaultConfig.max_consecutive_faults`` allows."""
+
+
+class HelperStateError(RuntimeError):
+    """A worker did not report its agents' helper states for a checkpoint (no answer in time, or
+    ``state_dict`` failed there); the checkpoint is not written."""

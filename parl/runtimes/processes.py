@@ -61,7 +61,7 @@ from parl.framework.computation_wrapper import (
     answer_predictions,
     pack_requests,
 )
-from parl.framework.errors import RunStopped, WrapperError
+from parl.framework.errors import HelperStateError, RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.runtimes.control import AgentSlot, RunControl
 from parl.runtimes.coroutines import Hub
@@ -73,10 +73,6 @@ logger = logging.getLogger(__name__)
 
 AgentHelperStates = dict[int, dict[str, dict[str, Any]]]
 """Agent id -> task name -> that agent's ``helper.state_dict()``."""
-
-
-class HelperStateError(RuntimeError):
-    """A worker did not report its agents' helper states (no answer in time, or ``state_dict`` failed)."""
 
 
 @dataclass
