@@ -200,8 +200,10 @@ class Communicator:
         if only is not None and type(inputs) is dict and len(inputs) == 1 and not states:
             arr = inputs.get(only[0])
             if type(arr) is np.ndarray and arr.shape == only[1] and arr.dtype == only[2]:
-                self.prediction_q.put((self, PredictRequest(inputs, states, explore, True)))
-                return inputs
+                # A dict of our own: the caller may change theirs after this call.
+                checked = {only[0]: arr}
+                self.prediction_q.put((self, PredictRequest(checked, states, explore, True)))
+                return checked
         task = self.wrapper.task
         if self.check_data:
             checked = check_fields(
