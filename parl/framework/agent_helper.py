@@ -112,7 +112,6 @@ class AgentHelper:
         # The (key, object) pairs the latest predict was given, and the arrays the task accepted for them.
         self._accepted_pairs: tuple[tuple[str, Any], ...] = ()
         self._accepted: dict[str, np.ndarray] = {}
-        self._input_dtypes = {spec.name: spec.np_dtype for spec in self.input_specs}
         self._returned_actions: dict[str, Any] = {}
         self._action_dtypes = {spec.name: spec.np_dtype for spec in self.action_specs}
         self._only_action = self.action_specs[0].name if len(self.action_specs) == 1 else None
@@ -230,7 +229,7 @@ class AgentHelper:
         self._pre_states = None
         if self._accepted_inputs(inputs) is None:
             self._check(inputs, self.input_specs, "inputs")
-        if game_over is not GameOver.NOT_OVER and game_over != GameOver.NOT_OVER:
+        if game_over is not GameOver.NOT_OVER:  # store_data made it a GameOver
             return
         if actions is None or rewards is None:
             raise SpecError(
@@ -246,8 +245,8 @@ class AgentHelper:
                     self._check(actions, self.action_specs, "actions")
                     break
         spec = self._scalar_reward
-        if spec is None or type(rewards) is not float or not (rewards - rewards == 0.0 or spec.allow_nan):
-            self._reward_fields(rewards)
+        if spec is None or type(rewards) is not float or not (math.isfinite(rewards) or spec.allow_nan):
+            self._reward_fields(rewards)  # the general check (raises on a bad reward)
         if extras is not None and (self.extra_specs or extras):
             self._check(extras, self.extra_specs, "extras")
 
