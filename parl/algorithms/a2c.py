@@ -123,14 +123,14 @@ class A2C(Algorithm):
             self.adam.step()
         self.adam.clear_grad()
 
-    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
+    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor | np.ndarray | float]:
         c = self.config
         v_t, adv, returns = self.advantages(batch)
         adv_used = (adv - adv.mean()) / (adv.std() + 1e-8) if c.normalize_advantages and adv.size > 1 else adv
         logits = self.model.policy(batch.inputs)  # type: ignore[operator]
         logp = categorical_log_prob(logits, batch.actions[self.action_name])
-        policy_loss = -(logp * paddle.to_tensor(adv_used.astype(np.float32))).mean()
-        value_loss = (v_t - paddle.to_tensor(returns)).square().mean()
+        policy_loss = -(logp * self.tensor("advantage", adv_used.astype(np.float32))).mean()
+        value_loss = (v_t - self.tensor("returns", returns)).square().mean()
         loss = policy_loss + c.value_coef * value_loss
         if c.entropy_coef != 0.0:
             entropy = categorical_entropy(logits).mean()
@@ -145,5 +145,5 @@ class A2C(Algorithm):
             "policy_loss": policy_loss.detach(),
             "value_loss": value_loss.detach(),
             "entropy": entropy.detach(),
-            "advantage": paddle.to_tensor(adv),
+            "advantage": adv,
         }

@@ -211,7 +211,7 @@ class PPO(Algorithm):
             _, states_t, states_tp1 = self.unroll(batch.inputs, batch.states, seg)
             return self._value(batch.inputs, states_t), self._value(batch.next_inputs, states_tp1)
 
-    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
+    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor | np.ndarray | float]:
         c = self.config
         size = batch.size
         v_t, v_tp1 = (v.numpy() for v in self.values(batch))
@@ -224,11 +224,11 @@ class PPO(Algorithm):
         # Per-row tensors stay on the paddle side; a minibatch gathers its rows (no numpy round trip).
         actions = batch.actions[self.action_name]
         old_logp = batch.extras["logp"]
-        returns_t = paddle.to_tensor(returns)
+        returns_t = self.tensor("returns", returns)
         whole = not self.recurrent and c.minibatch_size >= size
         if whole:
             # One minibatch holds every row: the order does not matter, so skip shuffling and gathers.
-            neg_adv_t = paddle.to_tensor(-_standardized(adv) if c.normalize_advantages else -adv)
+            neg_adv_t = self.tensor("neg_adv", -_standardized(adv) if c.normalize_advantages else -adv)
         lo, hi = 1.0 - c.clip_range, 1.0 + c.clip_range
         parts: list[paddle.Tensor] = []
         for _ in range(c.epochs):
@@ -244,7 +244,7 @@ class PPO(Algorithm):
                     )
                     mb_neg_adv = neg_adv_t
                 else:
-                    rows = paddle.to_tensor(idx)
+                    rows = self.tensor("rows", idx)
                     mb_inputs = {k: paddle.gather(v, rows) for k, v in batch.inputs.items()}
                     mb_states = {k: paddle.gather(v, rows) for k, v in batch.states.items()}
                     mb_actions, mb_old_logp = paddle.gather(actions, rows), paddle.gather(old_logp, rows)
@@ -252,7 +252,7 @@ class PPO(Algorithm):
                     mb_adv = adv[idx]
                     if c.normalize_advantages and idx.size > 1:
                         mb_adv = _standardized(mb_adv)
-                    mb_neg_adv = paddle.to_tensor(-mb_adv)
+                    mb_neg_adv = self.tensor("mb_neg_adv", -mb_adv)
                 logits, mb_states_t, _ = self.unroll(mb_inputs, mb_states, mb_seg)
                 ratio = paddle.exp(categorical_log_prob(logits, mb_actions) - mb_old_logp)
                 # -min(r * A, clip(r) * A) = max(r * -A, clip(r) * -A)
@@ -265,9 +265,11 @@ class PPO(Algorithm):
                 parts.append(paddle.stack([loss.detach(), policy_loss.detach(), value_loss.detach()]))
         self.learn_steps += 1
         means = paddle.stack(parts).mean(axis=0).numpy()
-        out = {k: paddle.to_tensor(means[i]) for i, k in enumerate(("loss", "policy_loss", "value_loss"))}
+        out: dict[str, paddle.Tensor | np.ndarray | float] = {
+            k: means[i] for i, k in enumerate(("loss", "policy_loss", "value_loss"))
+        }
         out.update(self._policy_change(batch, seg))
-        out["advantage"] = paddle.to_tensor(adv)
+        out["advantage"] = adv
         return out
 
     def _step(self, loss: paddle.Tensor) -> None:
@@ -280,7 +282,7 @@ class PPO(Algorithm):
             optimizer.step()
         optimizer.clear_grad()
 
-    def _policy_change(self, batch: TrainingBatch, seg: np.ndarray) -> dict[str, paddle.Tensor]:
+    def _policy_change(self, batch: TrainingBatch, seg: np.ndarray) -> dict[str, paddle.Tensor | np.ndarray | float]:
         """``entropy``, ``approx_kl`` and ``clip_fraction`` of the updated policy on the whole batch.
 
         One forward pass without gradient after the last epoch, against the
@@ -295,9 +297,9 @@ class PPO(Algorithm):
         ratio = np.exp(log_ratio)
         entropy = -(np.exp(logp_all) * logp_all).sum(axis=-1).mean()
         return {
-            "entropy": paddle.to_tensor(np.float32(entropy)),
-            "approx_kl": paddle.to_tensor(np.float32(((ratio - 1.0) - log_ratio).mean())),
-            "clip_fraction": paddle.to_tensor(np.float32((np.abs(ratio - 1.0) > c.clip_range).mean())),
+            "entropy": float(entropy),
+            "approx_kl": float(((ratio - 1.0) - log_ratio).mean()),
+            "clip_fraction": float((np.abs(ratio - 1.0) > c.clip_range).mean()),
         }
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import paddle
 
 from parl.data.specs import FieldSpec, zeros_for
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
+from parl.utils.tensors import TensorStaging
 
 __all__ = ["Algorithm", "ModelFactory", "Tensors"]
 
@@ -56,6 +58,7 @@ class Algorithm:
         # Set before any model is built: warm_up and create_model may run subclass code.
         self.optimizer: paddle.optimizer.Optimizer | None = None
         self._reference_models: dict[str, Model] = {}
+        self._staging = TensorStaging()
         if isinstance(model, Model):
             self._model_func: ModelFactory | None = None
             self.model = model
@@ -114,8 +117,12 @@ class Algorithm:
         """Actions (and next states) for a batch; ``explore=False`` asks for the greedy policy."""
         raise NotImplementedError(f"{type(self).__name__} must define predict()")
 
-    def learn(self, batch: TrainingBatch) -> Mapping[str, paddle.Tensor]:
-        """One update from ``batch`` (whose arrays are paddle tensors)."""
+    def learn(self, batch: TrainingBatch) -> Mapping[str, paddle.Tensor | np.ndarray | float]:
+        """One update from ``batch`` (whose arrays are paddle tensors).
+
+        Values may be tensors, numpy arrays or numbers: 0-d ones are metrics, ones with a row
+        per sample are per-sample results.
+        """
         raise NotImplementedError(f"{type(self).__name__} must define learn()")
 
     def extra_learn_specs(self) -> list[FieldSpec]:
@@ -127,6 +134,16 @@ class Algorithm:
         return []
 
     # --------------------------------------------------------------- helpers
+    def tensor(self, slot: str, value: np.ndarray) -> paddle.Tensor:
+        """``value`` as a tensor for use within this call, without a new tensor per call.
+
+        ``paddle.to_tensor`` keeps memory it never frees on every call (Paddle 3.3); inside
+        ``learn`` and ``predict`` use this for per-call arrays (advantages, targets, indices):
+        ``slot`` names the use, and the same tensor is refilled on the next call (see
+        :class:`~parl.utils.tensors.TensorStaging`).
+        """
+        return self._staging.tensor(slot, value)
+
     def apply_gradients(
         self, loss: paddle.Tensor, optimizer: paddle.optimizer.Optimizer, model: Model | None = None
     ) -> None:

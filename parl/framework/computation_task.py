@@ -13,6 +13,7 @@ from parl.data.specs import FieldSpec, SpecError, check_fields, zeros_for
 from parl.framework.algorithm import Algorithm
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.utils.atomic import atomic_write
+from parl.utils.tensors import TensorStaging
 
 __all__ = ["ComputationTask", "AlgorithmFactory"]
 
@@ -20,10 +21,6 @@ AlgorithmFactory = Callable[[], Algorithm]
 
 _CHECKPOINT_VERSION = 1
 _STEPS_SPEC = FieldSpec("bootstrap_steps", (), "int64")
-
-
-def _to_tensors(data: Mapping[str, np.ndarray]) -> dict[str, paddle.Tensor]:
-    return {k: paddle.to_tensor(v) for k, v in data.items()}
 
 
 def _to_numpy(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -58,6 +55,7 @@ class ComputationTask:
         if not isinstance(name, str) or not name:
             raise ValueError(f"a ComputationTask needs a non-empty string name, got {name!r}")
         self.name = name
+        self._staging = TensorStaging()
         if isinstance(algorithm, Algorithm):
             self.algorithm = algorithm
         elif callable(algorithm):
@@ -118,7 +116,8 @@ class ComputationTask:
             states = check_fields(states, self.state_specs, task=self.name, group="states", batch_size=batch)
         model = self.algorithm.model
         with paddle.no_grad(), model.param_lock:
-            out = self.algorithm.predict(_to_tensors(inputs), _to_tensors(states), explore)
+            staging = self._staging
+            out = self.algorithm.predict(staging.tensors("p.in", inputs), staging.tensors("p.st", states), explore)
         return Prediction(actions=_to_numpy(out.actions), states=_to_numpy(out.states), extras=_to_numpy(out.extras))
 
     # -------------------------------------------------------------- learn
@@ -190,20 +189,21 @@ class ComputationTask:
                     "(ExpReplayConfig) or an algorithm with uses_bootstrap_steps = True (DQN)"
                 )
             steps = None
+        st = self._staging
         tensor_batch = TrainingBatch(
-            inputs=_to_tensors(batch.inputs),
-            actions=_to_tensors(batch.actions),
-            rewards=_to_tensors(batch.rewards),
-            next_inputs=_to_tensors(batch.next_inputs),
-            terminal=paddle.to_tensor(np.asarray(batch.terminal, dtype=np.float32)),
+            inputs=st.tensors("l.in", batch.inputs),
+            actions=st.tensors("l.act", batch.actions),
+            rewards=st.tensors("l.rew", batch.rewards),
+            next_inputs=st.tensors("l.next", batch.next_inputs),
+            terminal=st.tensor("l.terminal", np.asarray(batch.terminal, dtype=np.float32)),
             segment_end=None
             if batch.segment_end is None
-            else paddle.to_tensor(np.asarray(batch.segment_end, dtype=np.float32)),
-            states=_to_tensors(batch.states),
-            next_states=_to_tensors(batch.next_states),
-            extras=_to_tensors(batch.extras),
-            weights=None if batch.weights is None else paddle.to_tensor(np.asarray(batch.weights, np.float32)),
-            bootstrap_steps=None if steps is None else paddle.to_tensor(np.asarray(steps, np.float32)),
+            else st.tensor("l.segment_end", np.asarray(batch.segment_end, dtype=np.float32)),
+            states=st.tensors("l.st", batch.states),
+            next_states=st.tensors("l.next_st", batch.next_states),
+            extras=st.tensors("l.ex", batch.extras),
+            weights=None if batch.weights is None else st.tensor("l.weights", np.asarray(batch.weights, np.float32)),
+            bootstrap_steps=None if steps is None else st.tensor("l.steps", np.asarray(steps, np.float32)),
         )
         with self.algorithm.model.learn_lock:
             out = self.algorithm.learn(tensor_batch)
