@@ -5,13 +5,13 @@ Skipped when Ray is not installed (``pip install parl[ray]``); ``make test`` ins
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 ray = pytest.importorskip("ray")
 
+from ray_helpers import local_ray  # noqa: E402, F401 - the module-wide Ray instance (an autouse fixture)
 from test_worker_checkpoints import (  # noqa: E402
     check_checkpoints_resume_replay_buffers,
     check_restarted_worker_resumes_from_the_last_checkpoint,
@@ -21,22 +21,6 @@ import parl  # noqa: E402
 from parl.runtimes.ray_runtime import RayRuntime  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    """One local Ray instance for the module; the actors import the tests' helpers from PYTHONPATH."""
-    path = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
-    )
-    yield
-    ray.shutdown()
 
 
 def test_ray_checkpoints_save_and_resume_every_replay_buffer(tmp_path: Path) -> None:

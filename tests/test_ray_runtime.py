@@ -20,6 +20,7 @@ ray = pytest.importorskip("ray")
 
 import test_faults as faults  # noqa: E402 - a module, so that pytest does not collect its tests here again
 from fault_helpers import WorkerKiller  # noqa: E402
+from ray_helpers import local_ray  # noqa: E402, F401 - the module-wide Ray instance (an autouse fixture)
 from test_agent_group_fakes import (  # noqa: E402
     CounterEnv,
     StepAgent,
@@ -34,20 +35,6 @@ from parl.envs.chaos import read_fault_log  # noqa: E402
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    """One local Ray instance for the module; the actors import the tests' helpers from PYTHONPATH."""
-    path = os.pathsep.join([str(ROOT / "tests"), str(ROOT)])
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": path}},
-    )
-    yield
-    ray.shutdown()
 
 
 def _config(**kw: Any) -> parl.ManagerConfig:

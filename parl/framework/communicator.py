@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from parl.data.packing import sample_count
-from parl.data.specs import SpecError, check_fields
+from parl.data.specs import FieldSpec, SpecError, check_fields
 from parl.framework.errors import RunStopped, TaskError, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
@@ -169,19 +169,8 @@ class Communicator:
         if self.check_data:
             # NaN/inf are checked once on the packed batch by the wrapper, which fails only the
             # requests that carry them.
-            inputs = check_fields(
-                inputs, task.input_specs, task=task.name, group="inputs", agent_id=self.agent_id, check_finite=False
-            )
-            n = sample_count(inputs)
-            states = check_fields(
-                states,
-                task.state_specs,
-                task=task.name,
-                group="states",
-                batch_size=n,
-                agent_id=self.agent_id,
-                check_finite=False,
-            )
+            inputs = self._checked(inputs, task.input_specs, "inputs", batched=True)
+            states = self._checked(states, task.state_specs, "states", batch_size=sample_count(inputs))
         request = PredictRequest(inputs, states, explore)
         if request.samples == 0:
             raise ValueError(f"agent {self.agent_id}, task {self.task_name!r}: a prediction needs at least one sample")
@@ -206,29 +195,34 @@ class Communicator:
                 return checked
         task = self.wrapper.task
         if self.check_data:
-            checked = check_fields(
-                inputs,
-                task.input_specs,
-                task=task.name,
-                group="inputs",
-                batched=False,
-                agent_id=self.agent_id,
-                check_finite=False,
-            )
+            checked = self._checked(inputs, task.input_specs, "inputs", batched=False)
             if states or task.state_specs:
-                states = check_fields(
-                    states,
-                    task.state_specs,
-                    task=task.name,
-                    group="states",
-                    batch_size=1,
-                    agent_id=self.agent_id,
-                    check_finite=False,
-                )
+                states = self._checked(states, task.state_specs, "states", batch_size=1)
         else:
             checked = {k: np.asarray(v) for k, v in inputs.items()}
         self.prediction_q.put((self, PredictRequest(checked, states, explore, single=True)))
         return checked
+
+    def _checked(
+        self,
+        data: Mapping[str, Any],
+        specs: list[FieldSpec],
+        group: str,
+        batched: bool = True,
+        batch_size: int | None = None,
+    ) -> dict[str, np.ndarray]:
+        """``data`` checked against ``specs`` on the agent's side (NaN/inf are checked on the packed batch)."""
+        task = self.wrapper.task.name
+        return check_fields(
+            data,
+            specs,
+            task=task,
+            group=group,
+            batched=batched,
+            batch_size=batch_size,
+            agent_id=self.agent_id,
+            check_finite=False,
+        )
 
     def put_prediction_return(self, item: Prediction | tuple[Prediction, int] | Failure) -> None:
         """Called by the wrapper with this agent's slice of a batched prediction."""
