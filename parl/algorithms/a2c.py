@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import paddle
 
-from parl.algorithms.functional import categorical_entropy, categorical_log_prob, clip_grad_norm_, gae_advantages
+from parl.algorithms.functional import categorical_entropy, categorical_log_prob, gae_advantages
+from parl.algorithms.optim import FusedAdam
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
@@ -64,9 +65,10 @@ class A2C(Algorithm):
         if len(specs) != 1 or specs[0].shape != () or specs[0].np_dtype.kind not in "iu":
             raise ValueError(f"A2C needs exactly one scalar integer action field, the model declares {specs}")
         self.action_name = specs[0].name
-        # Gradients are clipped by clip_grad_norm_ (the rule of paddle's ClipGradByGlobalNorm, in fewer ops).
-        self._params = list(self.model.parameters())
-        self.adam = paddle.optimizer.Adam(learning_rate=self.config.lr, parameters=self._params)
+        # One fused Adam op per step, with the global-norm clip (see parl.algorithms.optim).
+        self.adam = FusedAdam(
+            self.model.parameters(), learning_rate=self.config.lr, max_grad_norm=self.config.max_grad_norm
+        )
         self.optimizer = self.adam
         self.learn_steps = 0
 
@@ -114,15 +116,6 @@ class A2C(Algorithm):
         returns = adv + v_np[:size]
         return v_t, adv, returns.astype(np.float32)
 
-    def _step(self, loss: paddle.Tensor) -> None:
-        """Back-propagate, clip the global gradient norm, step Adam under ``param_lock``."""
-        loss.backward()
-        if self.config.max_grad_norm > 0:
-            clip_grad_norm_(self._params, self.config.max_grad_norm)
-        with self.model.param_lock:
-            self.adam.step()
-        self.adam.clear_grad()
-
     def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor | np.ndarray | float]:
         c = self.config
         v_t, adv, returns = self.advantages(batch)
@@ -138,7 +131,7 @@ class A2C(Algorithm):
         else:
             with paddle.no_grad():  # reported only
                 entropy = categorical_entropy(logits.detach()).mean()
-        self._step(loss)
+        self.apply_gradients(loss, self.adam)
         self.learn_steps += 1
         return {
             "loss": loss.detach(),

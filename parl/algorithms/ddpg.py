@@ -18,6 +18,7 @@ from parl.algorithms.continuous import (
     split_actor_critic_params,
 )
 from parl.algorithms.functional import td_target
+from parl.algorithms.optim import FusedAdam
 from parl.data.specs import zeros_for
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
@@ -94,8 +95,8 @@ class DDPG(Algorithm):
         self.actor_params, self.critic_params = split_actor_critic_params(
             m, lambda: m.policy(inputs), lambda: m.q1(inputs, a)
         )
-        self.actor_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_actor, parameters=self.actor_params)
-        self.critic_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_critic, parameters=self.critic_params)
+        self.actor_optimizer = FusedAdam(self.actor_params, learning_rate=c.lr_actor)
+        self.critic_optimizer = FusedAdam(self.critic_params, learning_rate=c.lr_critic)
         self.learn_steps = 0
         self.explored_samples = 0
         self._rng = np.random.default_rng(c.seed)

@@ -10,6 +10,7 @@ import numpy as np
 import paddle
 
 from parl.algorithms.functional import double_q_target, huber_loss, q_target, td_target
+from parl.algorithms.optim import FusedAdam
 from parl.data.specs import FieldSpec
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
@@ -88,10 +89,10 @@ class DQN(Algorithm):
             raise ValueError(f"DQN needs exactly one scalar integer action field, the model declares {specs}")
         self.action_name = specs[0].name
         self.target_model = self.create_reference_model("target")
-        clip = paddle.nn.ClipGradByGlobalNorm(self.config.max_grad_norm) if self.config.max_grad_norm > 0 else None
-        self.optimizer = paddle.optimizer.Adam(
-            learning_rate=self.config.lr, parameters=self.model.parameters(), grad_clip=clip
+        self.adam = FusedAdam(
+            self.model.parameters(), learning_rate=self.config.lr, max_grad_norm=self.config.max_grad_norm
         )
+        self.optimizer = self.adam
         self.learn_steps = 0
         self.explored_samples = 0
         self._rng = np.random.default_rng(self.config.seed)
@@ -140,7 +141,7 @@ class DQN(Algorithm):
         if batch.weights is not None:
             losses = losses * batch.weights
         loss = losses.mean()
-        self.apply_gradients(loss, self.optimizer)
+        self.apply_gradients(loss, self.adam)
         self.learn_steps += 1
         if c.tau > 0:
             self.model.sync_params_to(self.target_model, decay=1.0 - c.tau)

@@ -25,6 +25,7 @@ __all__ = [
     "categorical_log_prob",
     "categorical_entropy",
     "clip_grad_norm_",
+    "clip_grads_",
 ]
 
 
@@ -239,7 +240,11 @@ def clip_grad_norm_(parameters: Sequence[paddle.Tensor], max_norm: float) -> flo
     ``max_norm / norm`` when ``norm > max_norm``), in fewer ops: one squared
     norm per gradient, one sum, and the scaling only when it changes anything.
     """
-    grads = [g for g in (p.grad for p in parameters) if g is not None]
+    return clip_grads_([g for g in (p.grad for p in parameters) if g is not None], max_norm)
+
+
+def clip_grads_(grads: Sequence[paddle.Tensor], max_norm: float) -> float:
+    """:func:`clip_grad_norm_` on the gradient tensors themselves; returns the norm before clipping."""
     if not grads:
         return 0.0
     with paddle.no_grad():

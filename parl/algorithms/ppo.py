@@ -11,11 +11,11 @@ import paddle
 from parl.algorithms.functional import (
     categorical_entropy,
     categorical_log_prob,
-    clip_grad_norm_,
     gae_advantages,
     sequence_starts,
     unroll_sequences,
 )
+from parl.algorithms.optim import FusedAdam
 from parl.data.specs import FieldSpec
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
@@ -95,11 +95,10 @@ class PPO(Algorithm):
         if len(specs) != 1 or specs[0].shape != () or specs[0].np_dtype.kind not in "iu":
             raise ValueError(f"PPO needs exactly one scalar integer action field, the model declares {specs}")
         self.action_name = specs[0].name
-        # Gradients are clipped by clip_grad_norm_ (same rule as paddle's ClipGradByGlobalNorm, fewer ops).
-        # Not the multi-tensor Adam: it fails when a parameter of the model has no gradient (a model
-        # shared with another task's heads).
-        self._params = list(self.model.parameters())
-        self.adam = paddle.optimizer.Adam(learning_rate=self.config.lr, parameters=self._params)
+        # One fused Adam op per step, with the global-norm clip (see parl.algorithms.optim).
+        self.adam = FusedAdam(
+            self.model.parameters(), learning_rate=self.config.lr, max_grad_norm=self.config.max_grad_norm
+        )
         self.optimizer = self.adam
         self.rng = np.random.default_rng(self.config.seed)
         self.learn_steps = 0
@@ -261,7 +260,7 @@ class PPO(Algorithm):
                 loss = policy_loss + c.value_coef * value_loss
                 if c.entropy_coef != 0.0:
                     loss = loss - c.entropy_coef * categorical_entropy(logits).mean()
-                self._step(loss)
+                self.apply_gradients(loss, self.adam)
                 parts.append(paddle.stack([loss.detach(), policy_loss.detach(), value_loss.detach()]))
         self.learn_steps += 1
         means = paddle.stack(parts).mean(axis=0).numpy()
@@ -271,16 +270,6 @@ class PPO(Algorithm):
         out.update(self._policy_change(batch, seg))
         out["advantage"] = adv
         return out
-
-    def _step(self, loss: paddle.Tensor) -> None:
-        """Back-propagate, clip the global gradient norm, step Adam under ``param_lock``."""
-        optimizer = self.adam
-        loss.backward()
-        if self.config.max_grad_norm > 0:
-            clip_grad_norm_(self._params, self.config.max_grad_norm)
-        with self.model.param_lock:
-            optimizer.step()
-        optimizer.clear_grad()
 
     def _policy_change(self, batch: TrainingBatch, seg: np.ndarray) -> dict[str, paddle.Tensor | np.ndarray | float]:
         """``entropy``, ``approx_kl`` and ``clip_fraction`` of the updated policy on the whole batch.

@@ -21,6 +21,7 @@ from parl.algorithms.continuous import (
     tanh_gaussian_sample,
     twin_q_target,
 )
+from parl.algorithms.optim import FusedAdam
 from parl.data.specs import zeros_for
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
@@ -133,10 +134,10 @@ class SAC(Algorithm):
         self.actor_params, self.critic_params = split_actor_critic_params(
             m, lambda: m.policy(inputs), lambda: (m.q1(inputs, a), m.q2(inputs, a))
         )
-        self.actor_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_actor, parameters=self.actor_params)
-        self.critic_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_critic, parameters=self.critic_params)
+        self.actor_optimizer = FusedAdam(self.actor_params, learning_rate=c.lr_actor)
+        self.critic_optimizer = FusedAdam(self.critic_params, learning_rate=c.lr_critic)
         self.temperature = Temperature(c.initial_alpha)
-        self.alpha_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_alpha, parameters=self.temperature.parameters())
+        self.alpha_optimizer = FusedAdam(self.temperature.parameters(), learning_rate=c.lr_alpha)
         self.learn_steps = 0
         self.explored_samples = 0
         self._rng = np.random.default_rng(c.seed)

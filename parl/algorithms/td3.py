@@ -19,6 +19,7 @@ from parl.algorithms.continuous import (
     split_actor_critic_params,
     twin_q_target,
 )
+from parl.algorithms.optim import FusedAdam
 from parl.data.specs import zeros_for
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
@@ -103,8 +104,8 @@ class TD3(Algorithm):
         self.actor_params, self.critic_params = split_actor_critic_params(
             m, lambda: m.policy(inputs), lambda: (m.q1(inputs, a), m.q2(inputs, a))
         )
-        self.actor_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_actor, parameters=self.actor_params)
-        self.critic_optimizer = paddle.optimizer.Adam(learning_rate=c.lr_critic, parameters=self.critic_params)
+        self.actor_optimizer = FusedAdam(self.actor_params, learning_rate=c.lr_actor)
+        self.critic_optimizer = FusedAdam(self.critic_params, learning_rate=c.lr_critic)
         self.learn_steps = 0
         self.explored_samples = 0
         self.last_actor_loss = 0.0

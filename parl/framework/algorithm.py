@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import paddle
@@ -13,12 +13,25 @@ from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
 from parl.utils.tensors import TensorStaging
 
-__all__ = ["Algorithm", "ModelFactory", "Tensors"]
+__all__ = ["Algorithm", "ModelFactory", "Optimizer", "Tensors"]
 
 ModelFactory = Callable[[], Model]
 Tensors = Mapping[str, paddle.Tensor]
 
 _EXTRA_KEY = "extra"
+
+
+class Optimizer(Protocol):
+    """What an algorithm's optimizer offers: ``paddle.optimizer.Adam`` and
+    :class:`~parl.algorithms.optim.FusedAdam` both qualify."""
+
+    def step(self) -> None: ...
+
+    def clear_grad(self) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def set_state_dict(self, state_dict: Any) -> Any: ...
 
 
 class Algorithm:
@@ -56,7 +69,7 @@ class Algorithm:
 
     def __init__(self, model: Model | ModelFactory) -> None:
         # Set before any model is built: warm_up and create_model may run subclass code.
-        self.optimizer: paddle.optimizer.Optimizer | None = None
+        self.optimizer: Optimizer | None = None
         self._reference_models: dict[str, Model] = {}
         self._staging = TensorStaging()
         if isinstance(model, Model):
@@ -144,9 +157,7 @@ class Algorithm:
         """
         return self._staging.tensor(slot, value)
 
-    def apply_gradients(
-        self, loss: paddle.Tensor, optimizer: paddle.optimizer.Optimizer, model: Model | None = None
-    ) -> None:
+    def apply_gradients(self, loss: paddle.Tensor, optimizer: Optimizer, model: Model | None = None) -> None:
         """Back-propagate ``loss`` and step ``optimizer``.
 
         Gradients are computed outside any lock; the parameter write happens

@@ -8,6 +8,7 @@ import paddle
 
 from parl.data.specs import FieldSpec
 from parl.layers.layer_func import sync_params
+from parl.utils.cpu import prefer_fast_cpu_kernels
 
 __all__ = ["Model"]
 
@@ -43,6 +44,8 @@ class Model(paddle.nn.Layer):
     """
 
     def __init__(self) -> None:
+        # Before this model's first matrix product: MKL reads its CPU dispatch setting then.
+        prefer_fast_cpu_kernels()
         super().__init__()
         self.param_lock = threading.RLock()
         self.learn_lock = threading.RLock()
