@@ -103,8 +103,12 @@ class AgentHelper:
         # The latest prediction: the batch it came in and this agent's row (None: the whole of it).
         self._pred: Prediction | None = None
         self._row: int | None = None
-        # A helper that does not override on_transition has no use for transitions: skip building them.
-        self._wants_transitions = type(self).on_transition is not AgentHelper.on_transition
+        # A helper that does not override on_transition (or _completed) has no use for transitions:
+        # skip building them.
+        self._wants_transitions = (
+            type(self).on_transition is not AgentHelper.on_transition
+            or type(self)._completed is not AgentHelper._completed
+        )
         # ... and one that overrides neither hook only validates what store_data is given.
         self._consumes_nothing = not self._wants_transitions and (
             type(self).on_episode_end is AgentHelper.on_episode_end
@@ -203,11 +207,13 @@ class AgentHelper:
             record["actions"] = self._returned(actions) or self._check(actions, self.action_specs, "actions")
             record["rewards"] = self._reward_fields(rewards)
             if extras is None:
-                extras = self._extras_from_prediction()
-            record["extras"] = self._check(extras, self.extra_specs, "extras") if self.extra_specs or extras else {}
+                # The task's own prediction, checked against these specs when it was made.
+                record["extras"] = self._extras_from_prediction()
+            else:
+                record["extras"] = self._check(extras, self.extra_specs, "extras") if self.extra_specs or extras else {}
         prev = self._prev
         if prev is not None and prev["game_over"] == GameOver.NOT_OVER and self._wants_transitions:
-            self.on_transition(self._transition(prev, record))
+            self._completed(prev, record)
         self._prev = record if game_over == GameOver.NOT_OVER else None
         if game_over != GameOver.NOT_OVER:
             self.on_episode_end(game_over)
@@ -326,6 +332,14 @@ class AgentHelper:
         """Record the final observation of an episode: terminated (True) or truncated (False)."""
         self.store_data(inputs, game_over=GameOver.TERMINATED if terminated else GameOver.TRUNCATED)
 
+    def _completed(self, prev: dict[str, Any], cur: dict[str, Any]) -> None:
+        """A transition is complete: ``prev`` and ``cur`` are the records of two consecutive steps.
+
+        Builds the one-row transition and hands it to :meth:`on_transition`. A helper
+        that keeps transitions in another form (rows stacked at send time) overrides this.
+        """
+        self.on_transition(self._transition(prev, cur))
+
     def _transition(self, prev: Mapping[str, Any], cur: Mapping[str, Any]) -> TrainingBatch:
         def rows(d: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             return {k: np.asarray(v)[None] for k, v in d.items()}
@@ -379,6 +393,37 @@ def _concat(batches: list[TrainingBatch]) -> TrainingBatch:
     return pack_training_batches(batches)[0]
 
 
+def _stacked_transitions(pairs: list[list[Any]]) -> TrainingBatch:
+    """The time-ordered transitions of ``[prev record, cur record, cut]`` entries as one batch.
+
+    ``segment_end`` is set where the next state ends the episode, where the agent cut the
+    episode (``cut``), and on the last row.
+    """
+
+    def stack(group: str, side: int) -> dict[str, np.ndarray]:
+        first = pairs[0][side][group]
+        return {k: np.stack([p[side][group][k] for p in pairs]) for k in first}
+
+    def concat(side: int) -> dict[str, np.ndarray]:
+        first = pairs[0][side]["states"]
+        return {k: np.concatenate([p[side]["states"][k] for p in pairs]) for k in first}
+
+    over = [p[1]["game_over"] for p in pairs]
+    seg = np.array([o != GameOver.NOT_OVER or p[2] for o, p in zip(over, pairs)], bool)
+    seg[-1] = True
+    return TrainingBatch(
+        inputs=stack("inputs", 0),
+        actions=stack("actions", 0),
+        rewards=stack("rewards", 0),
+        next_inputs=stack("inputs", 1),
+        terminal=np.array([o == GameOver.TERMINATED for o in over], bool),
+        segment_end=seg,
+        states=concat(0),
+        next_states=concat(1),
+        extras=stack("extras", 0),
+    )
+
+
 @dataclass
 class OnPolicyConfig:
     """Settings of :class:`OnPolicyHelper`."""
@@ -407,17 +452,19 @@ class OnPolicyHelper(AgentHelper):
     def __init__(self, name: str, comm: Communicator, config: OnPolicyConfig | None = None) -> None:
         super().__init__(name, comm)
         self.config = config if config is not None else OnPolicyConfig()
-        self._chunk: list[TrainingBatch] = []
+        # [prev record, cur record, cut by the agent] per transition since the last send; the
+        # rows are stacked once per send, not built one TrainingBatch per step.
+        self._chunk: list[list[Any]] = []
 
     def start_episode(self) -> None:
         # An episode that ended without store_final (cut by the agent) leaves transitions waiting:
         # mark where it was cut so that the next episode's rows are never chained to it.
         if self._chunk:
-            self._chunk[-1].segment_end = np.array([True])
+            self._chunk[-1][2] = True
         super().start_episode()
 
-    def on_transition(self, transition: TrainingBatch) -> None:
-        self._chunk.append(transition)
+    def _completed(self, prev: dict[str, Any], cur: dict[str, Any]) -> None:
+        self._chunk.append([prev, cur, False])
         if len(self._chunk) >= self.config.sample_interval and self.config.learn_trigger == LearnTrigger.STORE_DATA:
             self.learn()
 
@@ -433,10 +480,7 @@ class OnPolicyHelper(AgentHelper):
     def learn(self) -> LearnResult | None:
         if not self._chunk:
             return None
-        batch = _concat(self._chunk)
-        seg = np.asarray(batch.segment_end, bool).copy()
-        seg[-1] = True
-        batch.segment_end = seg
+        batch = _stacked_transitions(self._chunk)
         self._chunk = []
         return self._send(batch)
 

@@ -81,6 +81,10 @@ class FC(LayerFunc):
         self.act = activation(act)
         self.bias = bias
         self.linear: paddle.nn.Linear | None = None
+        # Plain references to the parameters: paddle.nn.Layer resolves sublayers and parameters
+        # through __getattr__ (about 1.5 µs per lookup), which is most of a small layer's call.
+        object.__setattr__(self, "_w", None)
+        object.__setattr__(self, "_b", None)
         if input_size is not None:
             self._build(_positive("input_size", input_size))
 
@@ -91,17 +95,29 @@ class FC(LayerFunc):
             weight_attr=self.param_attr("w_0"),
             bias_attr=self.param_attr("b_0") if self.bias else False,
         )
+        object.__setattr__(self, "_w", self.linear.weight)
+        object.__setattr__(self, "_b", self.linear.bias)
 
     def forward(self, x: paddle.Tensor) -> paddle.Tensor:
-        if self.linear is None:
+        weight = self._w
+        if weight is None:
             self._build(int(x.shape[-1]))
-        assert self.linear is not None
-        weight = self.linear.weight
-        _check_width(self.layer_name, "features", int(x.shape[-1]), int(weight.shape[0]))
-        # In dygraph, the op itself: paddle.nn.functional.linear reads a global flag on every call,
-        # which costs about as much as the matrix product of a small layer.
-        y = _C_ops.linear(x, weight, self.linear.bias) if paddle.in_dynamic_mode() else self.linear(x)
-        return self.act(y) if self.act is not None else y
+            weight = self._w
+        if paddle.in_dynamic_mode():
+            # The op itself: paddle.nn.functional.linear reads a global flag on every call, which
+            # costs about as much as the matrix product of a small layer. A wrong input width is
+            # reported by the op; the check runs only then, to say it plainly.
+            try:
+                y = _C_ops.linear(x, weight, self._b)
+            except ValueError:
+                _check_width(self.layer_name, "features", int(x.shape[-1]), int(weight.shape[0]))
+                raise
+        else:
+            _check_width(self.layer_name, "features", int(x.shape[-1]), int(weight.shape[0]))
+            assert self.linear is not None
+            y = self.linear(x)
+        act = self.act
+        return act(y) if act is not None else y
 
 
 def fc(size: int, act: str | None = None, bias: bool = True, input_size: int | None = None) -> FC:
