@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import paddle
 import pytest
-from computation_helpers import TinyQ, make_batch
+from computation_helpers import TinyQ, make_batch, params_of
 
 import parl
 from parl import DQN, ComputationTask, DQNConfig, FieldSpec, TrainingBatch
@@ -90,6 +91,56 @@ def test_learn_accepts_importance_weights() -> None:
     assert result.metrics["loss"] == 0.0
 
 
+def _slice(batch: TrainingBatch, lo: int, hi: int) -> TrainingBatch:
+    def cut(group: dict) -> dict:
+        return {k: v[lo:hi] for k, v in group.items()}
+
+    return TrainingBatch(
+        inputs=cut(batch.inputs),
+        actions=cut(batch.actions),
+        rewards=cut(batch.rewards),
+        next_inputs=cut(batch.next_inputs),
+        terminal=np.asarray(batch.terminal)[lo:hi],
+    )
+
+
+def test_minibatches_are_sequential_gradient_steps_with_the_target_counted_per_step() -> None:
+    """A call on 4 x 8 rows with minibatch_size=8 is 4 calls on the 8-row slices, target copies included."""
+    paddle_seed = 3
+    batch = make_batch(np.random.default_rng(5), n=32)
+    results = []
+    for minibatch in (8, None):
+        paddle.seed(paddle_seed)
+        task = _task(seed=0, target_update_interval=3, minibatch_size=minibatch, lr=0.05)
+        algo = task.algorithm
+        assert isinstance(algo, DQN)
+        if minibatch is not None:
+            out = task.learn(batch)
+            td = out.per_sample["td_error"]
+            losses = [out.metrics["loss"]]
+        else:
+            outs = [task.learn(_slice(batch, lo, lo + 8)) for lo in range(0, 32, 8)]
+            td = np.concatenate([o.per_sample["td_error"] for o in outs])
+            losses = [float(np.mean([o.metrics["loss"] for o in outs]))]
+        assert algo.learn_steps == 4
+        results.append((params_of(algo.model), params_of(algo.target_model), td, losses))
+    (online_a, target_a, td_a, loss_a), (online_b, target_b, td_b, loss_b) = results
+    for x, y in zip(online_a + target_a, online_b + target_b):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    assert td_a.shape == (32,)
+    np.testing.assert_allclose(td_a, td_b, rtol=1e-5, atol=1e-6)
+    assert loss_a[0] == pytest.approx(loss_b[0], rel=1e-5)
+    # the target was copied after step 3 only: it differs from the online network after step 4
+    assert any(not np.allclose(x, y) for x, y in zip(online_a, target_a))
+
+
+def test_a_minibatch_larger_than_the_batch_is_one_step() -> None:
+    task = _task(seed=0, minibatch_size=64)
+    out = task.learn(make_batch(np.random.default_rng(6), n=10))
+    assert task.algorithm.learn_steps == 1  # type: ignore[attr-defined]
+    assert out.per_sample["td_error"].shape == (10,)
+
+
 def test_dqn_config_and_model_validation() -> None:
     with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\]"):
         DQNConfig(gamma=1.5)
@@ -99,6 +150,8 @@ def test_dqn_config_and_model_validation() -> None:
         DQNConfig(tau=1.0)
     with pytest.raises(ValueError, match="epsilon_end <= epsilon_start"):
         DQNConfig(epsilon_start=0.1, epsilon_end=0.5)
+    with pytest.raises(ValueError, match="minibatch_size must be None or >= 1"):
+        DQNConfig(minibatch_size=0)
 
     class TwoActions(TinyQ):
         def action_specs(self) -> list[FieldSpec]:

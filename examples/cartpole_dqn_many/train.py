@@ -59,7 +59,9 @@ class DQNManySettings:
     capacity: int = 25_000
     """Transitions kept in each agent's replay buffer."""
     merge_requests: int = 4
-    """Learning requests merged into one learning call (1: one gradient step per request)."""
+    """Learning requests merged into one learning call."""
+    minibatch_size: int | None = None
+    """Rows per gradient step within a learning call (None: the whole call is one step)."""
     eval_every: int = 2_500
     """Env steps (over all agents) between greedy evaluations."""
     max_steps: int = 100_000
@@ -73,6 +75,7 @@ class DQNManySettings:
             target_update_interval=self.target_update_interval,
             epsilon_end=self.epsilon_end,
             epsilon_decay_samples=self.epsilon_decay_samples,
+            minibatch_size=self.minibatch_size,
             seed=seed,
         )
 

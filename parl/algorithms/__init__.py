@@ -7,6 +7,7 @@ RL maths lives in pure functions in :mod:`parl.algorithms.functional` (discrete 
 from parl.algorithms.a2c import A2C, A2CConfig
 from parl.algorithms.ddpg import DDPG, DDPGConfig
 from parl.algorithms.dqn import DQN, DQNConfig
+from parl.algorithms.optim import FusedAdam
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.algorithms.sac import SAC, SACConfig
 from parl.algorithms.td3 import TD3, TD3Config
@@ -18,6 +19,7 @@ __all__ = [
     "DDPGConfig",
     "DQN",
     "DQNConfig",
+    "FusedAdam",
     "PPO",
     "PPOConfig",
     "SAC",

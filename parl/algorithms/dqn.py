@@ -30,9 +30,14 @@ class DQNConfig:
     double_q: bool = True
     """Use the online network's argmax to pick the bootstrap action (double DQN)."""
     target_update_interval: int = 200
-    """Copy the online network into the target every this many learn steps (when ``tau`` is 0)."""
+    """Copy the online network into the target every this many gradient steps (when ``tau`` is 0)."""
     tau: float = 0.0
-    """If > 0, blend the target by ``target = (1 - tau) * target + tau * online`` after every learn step."""
+    """If > 0, blend the target by ``target = (1 - tau) * target + tau * online`` after every gradient step."""
+    minibatch_size: int | None = None
+    """None: one gradient step per learning call, on the whole batch. A number: the batch is cut, in
+    row order, into minibatches of this many rows, one gradient step each (the last may be smaller).
+    With a replay helper that sends ``k * minibatch_size`` sampled rows per request, one call makes
+    a burst of ``k`` gradient steps, the schedule of RL-Zoo's ``train_freq`` / ``gradient_steps``."""
     huber_delta: float = 1.0
     """Huber loss threshold on the TD error."""
     max_grad_norm: float = 10.0
@@ -55,6 +60,8 @@ class DQNConfig:
             raise ValueError(f"DQNConfig.target_update_interval must be >= 1, got {self.target_update_interval}")
         if not 0.0 <= self.tau < 1.0:
             raise ValueError(f"DQNConfig.tau must be in [0, 1), got {self.tau}")
+        if self.minibatch_size is not None and self.minibatch_size < 1:
+            raise ValueError(f"DQNConfig.minibatch_size must be None or >= 1, got {self.minibatch_size}")
         if not 0.0 <= self.epsilon_end <= self.epsilon_start <= 1.0:
             raise ValueError("DQNConfig needs 0 <= epsilon_end <= epsilon_start <= 1")
 
@@ -122,6 +129,21 @@ class DQN(Algorithm):
         return Prediction(actions={self.action_name: greedy.astype(np.int64)}, extras={"q": q})
 
     def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
+        size = batch.size
+        mb = self.config.minibatch_size
+        if mb is None or mb >= size:
+            loss, q_mean, td_error = self._gradient_step(batch)
+            return {"loss": loss, "q_mean": q_mean, "td_error": td_error}
+        parts = [self._gradient_step(_rows(batch, lo, min(lo + mb, size))) for lo in range(0, size, mb)]
+        # Metrics: means over the minibatches; td_error: every row, in batch order.
+        return {
+            "loss": paddle.stack([p[0] for p in parts]).mean(),
+            "q_mean": paddle.stack([p[1] for p in parts]).mean(),
+            "td_error": paddle.concat([p[2] for p in parts]),
+        }
+
+    def _gradient_step(self, batch: TrainingBatch) -> tuple[paddle.Tensor, paddle.Tensor, paddle.Tensor]:
+        """One gradient step on ``batch``, then the target update; returns (loss, mean Q, TD errors)."""
         c = self.config
         action = batch.actions[self.action_name]
         reward = next(iter(batch.rewards.values()))
@@ -147,7 +169,7 @@ class DQN(Algorithm):
             self.model.sync_params_to(self.target_model, decay=1.0 - c.tau)
         elif self.learn_steps % c.target_update_interval == 0:
             self.model.sync_params_to(self.target_model, decay=0.0)
-        return {"loss": loss.detach(), "q_mean": q_sa.mean().detach(), "td_error": td_error.detach()}
+        return loss.detach(), q_sa.mean().detach(), td_error.detach()
 
     def extra_predict_specs(self) -> list[FieldSpec]:
         return []
@@ -165,3 +187,24 @@ class DQN(Algorithm):
         self.explored_samples = int(state.get("explored_samples", 0))
         if "rng" in state:
             self._rng.bit_generator.state = state["rng"]
+
+
+def _rows(batch: TrainingBatch, lo: int, hi: int) -> TrainingBatch:
+    """Rows ``lo:hi`` of a batch of tensors (views where paddle can, no copy through numpy)."""
+
+    def cut(group: Mapping[str, paddle.Tensor]) -> dict[str, paddle.Tensor]:
+        return {k: v[lo:hi] for k, v in group.items()}
+
+    return TrainingBatch(
+        inputs=cut(batch.inputs),
+        actions=cut(batch.actions),
+        rewards=cut(batch.rewards),
+        next_inputs=cut(batch.next_inputs),
+        terminal=batch.terminal[lo:hi],
+        segment_end=None if batch.segment_end is None else batch.segment_end[lo:hi],
+        states=cut(batch.states),
+        next_states=cut(batch.next_states),
+        extras=cut(batch.extras),
+        weights=None if batch.weights is None else batch.weights[lo:hi],
+        bootstrap_steps=None if batch.bootstrap_steps is None else batch.bootstrap_steps[lo:hi],
+    )
