@@ -57,7 +57,7 @@ class WideObsEnv(gym.Env[np.ndarray, int]):
     def __init__(self, dim: int = 512, length: int = 200) -> None:
         self.dim, self.length = dim, length
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (dim,), np.float32)
-        self.action_space = gym.spaces.Discrete(2)
+        self.action_space = gym.spaces.Discrete(2)  # type: ignore[assignment]  # Space[int] vs Discrete[int64]
         self._obs = np.zeros(dim, np.float32)
         self.t = 0
 

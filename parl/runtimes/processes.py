@@ -258,12 +258,14 @@ class _RemoteWrapper:
         states = pack_fields([r.states for r in requests])[0] if self.task.state_specs else {}
         try:
             if self.request is None:
+                self.msg.flush()
                 self.pred_conn.send((self.index, rows, explore, inputs, states))
             else:
                 if rows > self.request.capacity:
                     raise ValueError(f"{rows} samples exceed the shared buffer of {self.request.capacity}")
                 self.request.write({f"in.{k}": v for k, v in inputs.items()}, rows)
                 self.request.write({f"st.{k}": v for k, v in states.items()}, rows)
+                self.msg.flush()  # the episodes that ended since the last request
                 self.pred_conn.send((self.index, rows, explore))
             status, payload = self.pred_conn.recv()
         except (EOFError, OSError) as exc:
@@ -312,16 +314,40 @@ class _RemoteTrainingSink:
 
 
 class _WorkerMessenger:
-    """The asynchronous message pipe of a worker: learn requests out, learn results in."""
+    """The asynchronous message pipe of a worker: learn requests out, learn results in.
+
+    Episode reports are the most frequent message (one per episode of every agent); they are
+    gathered and sent together, as one ``("episodes", [...])`` message, at the next flush: before
+    the worker's next prediction request, when its hub idles, and before any other message (so the
+    learner sees every report in the order the worker made it).
+    """
 
     def __init__(self, conn: mpc.Connection, stop_event: Any) -> None:
         self.conn = conn
         self.stop_event = stop_event
         self._lock = threading.Lock()
+        self._episodes: list[tuple[int, float, int]] = []
 
     def send(self, msg: Any) -> None:
         with self._lock:
+            self._flush_locked()
             self.conn.send(msg)
+
+    def episode(self, agent_id: int, episode_return: float, steps: int) -> None:
+        """Report a finished episode at the next flush."""
+        with self._lock:
+            self._episodes.append((agent_id, episode_return, steps))
+
+    def flush(self) -> None:
+        """Send the episode reports gathered so far (nothing if there are none)."""
+        if self._episodes:
+            with self._lock:
+                self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._episodes:
+            episodes, self._episodes = self._episodes, []
+            self.conn.send(("episodes", episodes))
 
 
 class _WorkerControl(RunControl):
@@ -339,7 +365,7 @@ class _WorkerControl(RunControl):
 
     def episode_done(self, agent_id: int, episode_return: float, steps: int) -> None:
         assert self.messenger is not None
-        self.messenger.send(("episode", agent_id, episode_return, steps))
+        self.messenger.episode(agent_id, episode_return, steps)
 
     def episode_cut(self, agent_id: int, steps: int) -> None:
         assert self.messenger is not None
@@ -387,9 +413,16 @@ class _WorkerHub(Hub):
     def __init__(self, index: int, poll_s: float) -> None:
         super().__init__(index, poll_s)
         self.requests: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.messenger: _WorkerMessenger | None = None
 
     def _drain_inbox(self, block: bool) -> bool:
         self.run_requests()
+        if block and self.messenger is not None:
+            # The hub is about to idle: report the episodes that ended meanwhile.
+            try:
+                self.messenger.flush()
+            except (EOFError, OSError):
+                logger.debug("worker hub %d could not report episodes: the learner is gone", self.index)
         return super()._drain_inbox(block)
 
     def run_requests(self) -> None:
@@ -427,6 +460,7 @@ class _Worker:
             for i, t in enumerate(spec.tasks)
         ]
         self.hub = _WorkerHub(worker, poll_s=0.02)
+        self.hub.messenger = self.messenger
         self.control = _WorkerControl(
             max(agent_ids) + 1 if agent_ids else 0,
             restart_failed_agents=spec.restart_failed_agents,
@@ -748,9 +782,9 @@ class _WorkerLink:
                 proxy.put_training_return(Failure(exc, traceback.format_exc(), "learn"))
                 return
             wrapper.training_q.put((proxy, batch))  # type: ignore[arg-type]
-        elif kind == "episode":
-            _, agent_id, episode_return, steps = msg
-            self.control.episode_done(agent_id, episode_return, steps)
+        elif kind == "episodes":
+            for agent_id, episode_return, steps in msg[1]:
+                self.control.episode_done(agent_id, episode_return, steps)
         elif kind == "failure":
             _, agent_id, error, tb, restarted = msg
             self.runtime.record_failure(agent_id, error, tb, restarted)
