@@ -37,7 +37,8 @@ class FusedAdam:
     Args:
         parameters: the trainable tensors (float32); the list is fixed at construction.
         learning_rate: step size (change it later with :meth:`set_lr`).
-        beta1, beta2: decay rates of the first and second moment estimates.
+        beta1: decay rate of the first moment estimate.
+        beta2: decay rate of the second moment estimate.
         epsilon: added to the root of the second moment.
         max_grad_norm: when > 0, ``step`` first scales the gradients so that their global L2 norm
             is at most this (the rule of ``paddle.nn.ClipGradByGlobalNorm``; see

@@ -108,6 +108,9 @@ class RunCheckpointer:
         helpers = manager.collect_helper_states()
         self.root.mkdir(parents=True, exist_ok=True)
         self._remove_leftovers()
+        # Also prune first: a save killed between its rename and its prune left one checkpoint too
+        # many, and repeated kills there would otherwise pile them up.
+        self._prune()
         tmp = self.root / f".tmp-{secrets.token_hex(6)}"
         tmp.mkdir()
         try:
