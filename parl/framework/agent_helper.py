@@ -32,6 +32,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_MISSING = object()
+
 
 class GameOver(enum.IntEnum):
     """Status of the current time step, as stored with each experience.
@@ -139,9 +141,7 @@ class AgentHelper:
     # ------------------------------------------------------------ predict
     def predict(self, inputs: Mapping[str, Any], explore: bool = True) -> dict[str, np.ndarray]:
         """This agent's actions for one sample of ``inputs`` (arrays without a batch axis)."""
-        comm = self.comm
-        checked = comm.put_prediction_sample(inputs, self.states, explore)
-        pred, row = comm.get_prediction_row()
+        checked, pred, row = self.comm.predict_sample(inputs, self.states, explore)
         self._pred, self._row = pred, row
         # The task accepted exactly these arrays (specs on entry, NaN/inf on the packed batch), so
         # store_data of the same objects need not check them again.
@@ -186,6 +186,22 @@ class AgentHelper:
         """
         if game_over is not GameOver.NOT_OVER:
             game_over = GameOver(int(game_over))
+        elif self._consumes_nothing and extras is None and actions is not None and type(rewards) is float:
+            # Once per agent step of a helper that keeps nothing: the objects predict was given and
+            # returned, with a finite float reward, need no check (anything else takes the full one).
+            pairs, returned, only = self._accepted_pairs, self._returned_actions, self._only_action
+            if (
+                len(pairs) == 1
+                and len(inputs) == 1
+                and inputs.get(pairs[0][0]) is pairs[0][1]
+                and only is not None
+                and len(actions) == 1
+                and actions.get(only, None) is returned.get(only, _MISSING)
+                and self._scalar_reward is not None
+                and math.isfinite(rewards)
+            ):
+                self._pre_states = None
+                return
         if self._consumes_nothing:
             self._validate_step(inputs, actions, rewards, game_over, extras)
             return

@@ -203,6 +203,37 @@ class Communicator:
         self.prediction_q.put((self, PredictRequest(checked, states, explore, single=True)))
         return checked
 
+    def predict_sample(
+        self, inputs: Mapping[str, Any], states: dict[str, Any], explore: bool = True
+    ) -> tuple[dict[str, np.ndarray], Prediction, int]:
+        """:meth:`put_prediction_sample` and :meth:`get_prediction_row` in one call.
+
+        Returns the input arrays as sent, the prediction of the batch the request was served in
+        and this request's row of it. This is what :meth:`AgentHelper.predict` runs on every
+        agent step, so the common request (one input field given as an array of exactly the
+        spec's shape and dtype, no states) is sent without the general checks and calls::
+
+            checked, pred, row = comm.predict_sample({"obs": obs}, states={})
+            action = pred.actions["action"][row]
+        """
+        wrapper = self.wrapper
+        if wrapper.error is not None or wrapper.stopping:
+            wrapper.check_alive()
+        only = self._only_input
+        if only is not None and not states and type(inputs) is dict and len(inputs) == 1:
+            arr = inputs.get(only[0])
+            if type(arr) is np.ndarray and arr.shape == only[1] and arr.dtype == only[2]:
+                # A dict of our own: the caller may change theirs after this call.
+                checked = {only[0]: arr}
+                self.prediction_q.put((self, PredictRequest(checked, states, explore, True)))
+                item = self.prediction_return_q.get(wrapper.check_alive)
+                if type(item) is tuple:
+                    return checked, item[0], item[1]
+                return checked, self._unwrap(item), 0
+        checked = self.put_prediction_sample(inputs, states, explore)
+        pred, row = self.get_prediction_row()
+        return checked, pred, row
+
     def _checked(
         self,
         data: Mapping[str, Any],

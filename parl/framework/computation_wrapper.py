@@ -185,6 +185,8 @@ class ComputationWrapper:
         self.error: BaseException | None = None
         self._error_tb = ""
         self._stop = threading.Event()
+        self.stopping = False
+        """True once :meth:`stop` was called (a plain flag, read on every agent step)."""
         self._threads: list[threading.Thread] = []
         self._stats_lock = threading.Lock()
         # One learning call at a time, whether the training loop or a caller (learn_on_caller) serves it.
@@ -223,7 +225,7 @@ class ComputationWrapper:
         """Raise if the wrapper has failed or is stopping (called by waiting agents)."""
         if self.error is not None:
             raise self.failure_error() from self.error
-        if self._stop.is_set():
+        if self.stopping:
             raise RunStopped(f"task {self.task.name!r} is stopping")
 
     def failure_error(self) -> WrapperError:
@@ -280,6 +282,7 @@ class ComputationWrapper:
         call returns it answers that call's agents, answers anything queued since with
         ``RunStopped``, and its thread ends.
         """
+        self.stopping = True
         self._stop.set()
         deadline = time.monotonic() + timeout
         for t in self._threads:
@@ -460,6 +463,12 @@ class ComputationWrapper:
         Requests asking for exploration and for greedy actions are served in
         two calls. A task exception goes to every agent of the batch.
         """
+        if not items:
+            return
+        explore = items[0][1].explore
+        if all(item[1].explore == explore for item in items):
+            self._serve_prediction_group(items, explore)
+            return
         groups: dict[bool, list[PredictItem]] = {}
         for item in items:
             groups.setdefault(item[1].explore, []).append(item)

@@ -66,16 +66,21 @@ class _HubReturnQueue:
 
 
 class _PendingSink:
-    """The hub's list of prediction requests for one wrapper."""
+    """The hub's list of prediction requests for one wrapper, and how many samples they hold."""
 
-    __slots__ = ("hub", "wrapper")
+    __slots__ = ("hub", "wrapper", "items", "samples")
 
     def __init__(self, hub: Hub, wrapper: ComputationWrapper) -> None:
         self.hub = hub
         self.wrapper = wrapper
+        self.items: list[PredictItem] = []
+        self.samples = 0
 
     def put(self, item: PredictItem) -> None:
-        self.hub.pending.setdefault(self.wrapper, []).append(item)
+        if not self.items:
+            self.hub.pending.append(self)
+        self.items.append(item)
+        self.samples += item[1].samples
 
 
 class Hub:
@@ -87,7 +92,9 @@ class Hub:
         self.thread_id = -1
         self.runnable: deque[greenlet.greenlet] = deque()
         self.inbox: queue.SimpleQueue[tuple[_HubReturnQueue, Any]] = queue.SimpleQueue()
-        self.pending: dict[ComputationWrapper, list[PredictItem]] = {}
+        # The sinks holding requests, in the order their first request came.
+        self.pending: list[_PendingSink] = []
+        self._sinks: dict[ComputationWrapper, _PendingSink] = {}
         self.slots: list[AgentSlot] = []
         self.stopping = False
         self.main: greenlet.greenlet = greenlet.getcurrent()
@@ -98,7 +105,9 @@ class Hub:
         return _HubReturnQueue(self)
 
     def sink(self, wrapper: ComputationWrapper) -> _PendingSink:
-        return _PendingSink(self, wrapper)
+        if wrapper not in self._sinks:
+            self._sinks[wrapper] = _PendingSink(self, wrapper)
+        return self._sinks[wrapper]
 
     def start(self, control: RunControl) -> None:
         self.thread = threading.Thread(target=self._run, args=(control,), name=f"parl-hub-{self.index}", daemon=True)
@@ -147,18 +156,13 @@ class Hub:
             rq.put(item)
 
     def _serve_pending(self) -> None:
-        pending, self.pending = self.pending, {}
+        pending, self.pending = self.pending, []
         self.rounds += 1
-        for wrapper, items in pending.items():
+        for sink in pending:
+            wrapper, items, samples = sink.wrapper, sink.items, sink.samples
+            sink.items, sink.samples = [], 0
             limit = wrapper.config.max_batch_size
-            chunks: list[list[PredictItem]] = [[]]
-            samples = 0
-            for item in items:
-                if chunks[-1] and samples + item[1].samples > limit:
-                    chunks.append([])
-                    samples = 0
-                chunks[-1].append(item)
-                samples += item[1].samples
+            chunks: list[list[PredictItem]] = [items] if samples <= limit else _chunks(items, limit)
             for i, chunk in enumerate(chunks):
                 if wrapper.error is not None:
                     # The wrapper died (here or in its training loop): answer, do not serve.
@@ -181,6 +185,19 @@ class Hub:
                     pass
                 except Exception:  # noqa: BLE001 - an agent's cleanup failed while stopping
                     logger.debug("agent greenlet failed while stopping", exc_info=True)
+
+
+def _chunks(items: list[PredictItem], limit: int) -> list[list[PredictItem]]:
+    """``items`` cut, in order, into calls of at most ``limit`` samples (a larger request alone)."""
+    chunks: list[list[PredictItem]] = [[]]
+    samples = 0
+    for item in items:
+        if chunks[-1] and samples + item[1].samples > limit:
+            chunks.append([])
+            samples = 0
+        chunks[-1].append(item)
+        samples += item[1].samples
+    return chunks
 
 
 class CoroutineRuntime:
