@@ -63,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         475.0,
         confirm=lambda: parl.evaluate_greedy(task, make_env, 20, seed=1_000),
         on_improve=lambda score: task.save(out / "best.ckpt"),
+        task=task,
     )
     print(f"training {args.agents} CartPole agents with PPO (one batched task) ...", flush=True)
     report = manager.run(stop_when=stopper)
+    stopper.restore_solved()
     final = parl.evaluate_greedy(task, make_env, 20, seed=5_000)
     task.save(out / "final.ckpt")
     pred, train = report.prediction_stats["RL"], report.training_stats["RL"]

@@ -79,8 +79,10 @@ def main(argv: list[str] | None = None) -> None:
         lambda: parl.evaluate_greedy(task, make_env, 5),
         475.0,
         confirm=lambda: parl.evaluate_greedy(task, make_env, 20, seed=1000),
+        task=task,
     )
     report = manager.run(stop_when=stopper)
+    stopper.restore_solved()
     print(
         f"steps={report.steps} episodes={report.episodes} best_eval={stopper.best:.1f} solved={stopper.solved} "
         f"time={report.seconds:.1f}s steps/s={report.steps_per_second:.0f} "

@@ -125,8 +125,11 @@ def train(settings: RecurrentSettings) -> Outcome:
     def evaluate(episodes: int) -> np.ndarray:
         return parl.evaluate_greedy(task, make_env, episodes, seed=1000 * next(seeds))
 
-    stopper = EvalStopper(settings.eval_every, lambda: evaluate(10), settings.stop_value, confirm=lambda: evaluate(20))
+    stopper = EvalStopper(
+        settings.eval_every, lambda: evaluate(10), settings.stop_value, confirm=lambda: evaluate(20), task=task
+    )
     report = manager.run(stop_when=stopper)
+    stopper.restore_solved()  # the policy that passed, not what in-flight updates made of it
     final = float(np.mean(parl.evaluate_greedy(task, make_env, 20, seed=999_000)))
     return Outcome(stopper.best, stopper.solved, final, report.steps, report.seconds, stopper.history)
 

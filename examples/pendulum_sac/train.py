@@ -92,6 +92,7 @@ def make_stopper(task: parl.ComputationTask, eval_every: int, stop_value: float 
         lambda: parl.evaluate_greedy(task, make_env, 10),
         stop_value,
         confirm=lambda: parl.evaluate_greedy(task, make_env, 20, seed=1_000),
+        task=task,
     )
 
 
@@ -124,6 +125,7 @@ def train(
     stopper = make_stopper(manager.tasks["RL"], eval_every, stop_value)
     start = time.monotonic()
     report = manager.run(stop_when=stopper)
+    stopper.restore_solved()
     return TrainResult(
         solved=stopper.solved,
         steps=report.steps,
