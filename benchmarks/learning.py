@@ -32,12 +32,14 @@ import importlib
 import inspect
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -605,6 +607,80 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+ALGORITHM_PAGES: dict[str, list[str]] = {
+    "ppo": ["cartpole_ppo"],
+    "a2c": ["cartpole_a2c"],
+    "dqn": ["cartpole_dqn", "acrobot_dqn"],
+    "td3": ["pendulum_td3"],
+    "sac": ["pendulum_sac"],
+}
+"""docs/algorithms/<page>.md and the benchmark problems whose figures its Results section shows."""
+
+
+def algorithm_results(results: dict[str, Any], problems: list[str]) -> str | None:
+    """The Results block of one algorithm page: parl next to SB3 for ``problems`` (None: none measured)."""
+    rows = []
+    for name in problems:
+        entry = results["problems"].get(name)
+        if entry is None or "skipped" in entry:
+            continue
+        parl_s, sb3_s = entry.get("parl", {}).get("summary"), entry.get("sb3", {}).get("summary")
+        if not parl_s:
+            continue
+        prob = PROBLEMS[name]
+        sb3 = "- | - | -"
+        if sb3_s:
+            sb3 = f"{sb3_s['solved']}/{sb3_s['runs']} | {_steps(sb3_s['median_steps'])} | "
+            sb3 += _fmt(sb3_s["median_seconds_censored"])
+        ratio = entry.get("ratio")
+        rows.append(
+            f"| {prob.env_id} ({name}) | {prob.threshold:g} | {parl_s['solved']}/{parl_s['runs']} | "
+            f"{_steps(parl_s['median_steps'])} | {_fmt(parl_s['median_seconds_censored'])} | {sb3} | "
+            f"{_fmt(ratio, 2) if ratio is not None else '-'} (target <= {prob.target_ratio:g}x, "
+            f"{entry.get('status', 'no SB3 side')}) |"
+        )
+    if not rows:
+        return None
+    return "\n".join(
+        [
+            f"From the learning benchmark (`python -m benchmarks.learning`, {results['seeds']} seeds, "
+            f"{results['date']}; protocol, settings and per-seed figures in [Benchmarks](../benchmarks.md)). "
+            "Solved: a greedy mean at or above the threshold over 20 episodes; times are medians of wall "
+            "time to solve, an unsolved run counted as the cap.",
+            "",
+            "| problem | threshold | parl solved | parl median steps | parl median s | SB3 solved | "
+            "SB3 median steps | SB3 median s | parl/SB3 time |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
+def write_algorithm_pages(results: dict[str, Any], docs: Path | None = None) -> list[Path]:
+    """Replace the benchmark block of each algorithm page's Results section; returns the pages written."""
+    from benchmarks.common import DOCS
+
+    folder = docs if docs is not None else DOCS.parent / "algorithms"
+    begin, end = "<!-- learning-results:begin -->", "<!-- learning-results:end -->"
+    written = []
+    for page, problems in ALGORITHM_PAGES.items():
+        path = folder / f"{page}.md"
+        block_text = algorithm_results(results, problems)
+        if block_text is None or not path.exists():
+            continue
+        block = f"{begin}\n{block_text}\n{end}"
+        text = path.read_text()
+        if begin in text and end in text:
+            text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _, b=block: b, text, flags=re.S)
+        elif "\n## Results\n" in text:
+            text = text.replace("\n## Results\n", f"\n## Results\n\n{block}\n", 1)
+        else:
+            text = text.rstrip() + f"\n\n## Results\n\n{block}\n"
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
 def _load(values: Any) -> str:
     return "-" if not values else ", ".join(f"{v:.1f}" for v in values)
 
@@ -653,6 +729,7 @@ def main(argv: list[str] | None = None) -> None:
         saved = json.loads((RESULTS / "learning.json").read_text())
         saved["notes"] = list(saved.get("notes", [])) + list(args.note)
         write_results("learning", saved, markdown(saved))
+        write_algorithm_pages(saved)
         print(markdown(saved))
         return
 
@@ -755,6 +832,7 @@ def _write(results: dict[str, Any], started: float, final: bool, enabled: bool) 
         from benchmarks.common import write_results
 
         write_results("learning", results, md)
+        write_algorithm_pages(results)
 
 
 if __name__ == "__main__":

@@ -149,3 +149,32 @@ def test_example_reaches_its_threshold(example, settings) -> None:  # type: igno
     out = example.train(settings, seed=0, max_seconds=1_000)
     assert out.solved, f"best mean greedy return {out.best_eval:.1f}; history {out.history}"
     assert out.history[-1][2] >= settings.stop_value
+
+
+def test_algorithm_pages_get_their_problems_results_block(tmp_path: Path) -> None:
+    summary = {"runs": 3, "solved": 3, "median_steps": 20_000, "median_seconds_censored": 4.0}
+    results = {
+        "seeds": 3,
+        "date": "2026-11-24 10:00",
+        "problems": {
+            "cartpole_ppo": {
+                "parl": {"summary": summary},
+                "sb3": {"summary": {**summary, "median_seconds_censored": 10.0}},
+                "ratio": 0.4,
+                "status": "met",
+            },
+        },
+    }
+    page = tmp_path / "ppo.md"
+    page.write_text("# PPO\n\n## Results\n\nTrial runs.\n")
+    (tmp_path / "sac.md").write_text("# SAC\n\n## Results\n")
+    assert learning.write_algorithm_pages(results, tmp_path) == [page]  # sac: nothing measured, left alone
+    text = page.read_text()
+    assert text.index("## Results") < text.index("<!-- learning-results:begin -->") < text.index("Trial runs.")
+    row = "| CartPole-v1 (cartpole_ppo) | 475 | 3/3 | 20,000 | 4.0 | 3/3 | 20,000 | 10.0 | 0.40 (target <= 0.5x, met) |"
+    assert row in text
+    results["problems"]["cartpole_ppo"]["ratio"] = 0.45
+    learning.write_algorithm_pages(results, tmp_path)  # a rerun replaces the block, once
+    text = page.read_text()
+    assert text.count("<!-- learning-results:begin -->") == 1 and "0.45 (target" in text and "0.40 (target" not in text
+    assert (tmp_path / "sac.md").read_text() == "# SAC\n\n## Results\n"
