@@ -7,21 +7,19 @@ The run is built by :func:`examples.pendulum_sac.train.build_manager` with the e
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import gymnasium as gym
-
 import parl
-from examples.pendulum_sac.train import STOP_VALUE, build_manager, make_env, sac_config
+from examples.pendulum_common import PendulumConfig, eval_env, train_config
+from examples.pendulum_sac.train import SAC_ON_PENDULUM, sac_config
 from parl.algorithms.sac import SACConfig
 from parl.training.experiment import Experiment
 from parl.training.trainer import TrainConfig
 
 
 @dataclass
-class PendulumSACConfig:
-    """Everything a Pendulum-v1 SAC run depends on.
+class PendulumSACConfig(PendulumConfig):
+    """Everything a Pendulum-v1 SAC run depends on: the fields of :class:`PendulumConfig`, and ``sac``.
 
     Example::
 
@@ -29,43 +27,15 @@ class PendulumSACConfig:
         manager = build(config)
     """
 
-    train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(
-            run_dir="runs/pendulum_sac", max_steps=40_000, eval_every=1_000, stop_value=STOP_VALUE
-        )
-    )
+    train: TrainConfig = field(default_factory=lambda: train_config("runs/pendulum_sac"))
     """How the run is driven, logged, evaluated and checkpointed."""
     sac: SACConfig = field(default_factory=sac_config)
     """SAC settings; ``sac.seed`` (0 if None) also seeds the initial parameters and the agents' envs."""
-    num_agents: int = 4
-    """Agents (one env and one replay buffer each) feeding the shared learner."""
-    hidden: int = 64
-    """Width of the actor's and critics' hidden layers."""
-    batch_size: int = 256
-    """Transitions per learning call (one agent's request)."""
-    learning_starts: int = 1_000
-    """Transitions stored (over all agents) before learning starts."""
-    runtime: str = "coroutines"
-    """Runtime of the agents: ``coroutines`` or ``threads``."""
 
 
 def build(config: PendulumSACConfig) -> parl.Manager:
     """The Manager of a run: ``num_agents`` agents, one shared SAC task."""
-    return build_manager(
-        num_agents=config.num_agents,
-        max_steps=config.train.max_steps,
-        seed=config.sac.seed if config.sac.seed is not None else 0,
-        runtime=config.runtime,
-        hidden=config.hidden,
-        batch_size=config.batch_size,
-        learning_starts=config.learning_starts,
-        config=config.sac,
-    )
-
-
-def eval_env(config: PendulumSACConfig) -> Callable[[], gym.Env]:
-    """A factory of evaluation envs: the training env."""
-    return make_env
+    return SAC_ON_PENDULUM.build_from_config(config, config.sac)
 
 
 PENDULUM_SAC_EXPERIMENT = Experiment(

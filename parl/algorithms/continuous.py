@@ -20,7 +20,8 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from parl.data.specs import FieldSpec
+from parl.data.specs import FieldSpec, zeros_for
+from parl.framework.algorithm import Tensors
 from parl.framework.model import Model
 from parl.layers.layer_func import LayerFunc
 
@@ -34,7 +35,13 @@ __all__ = [
     "soft_update",
     "ActionScaler",
     "continuous_action_spec",
+    "continuous_action",
     "split_actor_critic_params",
+    "actor_critic_params",
+    "check_critic_outputs",
+    "twin_q",
+    "exploring_actions",
+    "standard_normal",
     "frozen",
 ]
 
@@ -182,6 +189,21 @@ def action_bounds(
     return lo, hi
 
 
+def continuous_action(
+    model: Model,
+    low: float | Sequence[float] | None,
+    high: float | Sequence[float] | None,
+    algorithm: str,
+) -> tuple[str, int, ActionScaler]:
+    """The name and size ``D`` of the model's action field, and the scaler to the environment's bounds.
+
+    :func:`continuous_action_spec` and :func:`action_bounds` in one call, as each algorithm starts.
+    """
+    spec = continuous_action_spec(model, algorithm)
+    action_dim = int(spec.shape[0])
+    return spec.name, action_dim, ActionScaler(*action_bounds(model, low, high, algorithm), action_dim)
+
+
 def split_actor_critic_params(
     model: Model, run_actor: Callable[[], object], run_critic: Callable[[], object]
 ) -> tuple[list[paddle.Tensor], list[paddle.Tensor]]:
@@ -211,6 +233,33 @@ def split_actor_critic_params(
     return actor, critic
 
 
+def actor_critic_params(
+    model: Model, action_dim: int, critics: Sequence[str] = ("q1", "q2")
+) -> tuple[list[paddle.Tensor], list[paddle.Tensor]]:
+    """:func:`split_actor_critic_params` of ``model.policy`` and the critic methods named in ``critics``.
+
+    Each runs once on a batch of one all-zero input (and action, for the critics).
+    """
+    inputs = {k: paddle.to_tensor(v) for k, v in zeros_for(model.input_specs(), 1).items()}
+    a = paddle.zeros([1, action_dim], "float32")
+    return split_actor_critic_params(
+        model, lambda: model.policy(inputs), lambda: [getattr(model, name)(inputs, a) for name in critics]
+    )
+
+
+def check_critic_outputs(model: Model, inputs: Tensors, a: paddle.Tensor, critics: Sequence[str]) -> None:
+    """A clear error unless each critic method named in ``critics`` returns ``[B]`` or ``[B, 1]``."""
+    for name in critics:
+        q = getattr(model, name)(inputs, a)
+        if q.ndim > 2 or (q.ndim == 2 and q.shape[1] != 1):
+            raise ValueError(f"{type(model).__name__}.{name} must return [B] or [B, 1], got {list(q.shape)}")
+
+
+def twin_q(model: Model, inputs: Tensors, a: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """``(Q1(s, a), Q2(s, a))`` of the model's twin critics ``q1`` and ``q2``, each ``[B]``."""
+    return model.q1(inputs, a).reshape([-1]), model.q2(inputs, a).reshape([-1])
+
+
 def _params_used(model: Model, run: Callable[[], object]) -> list[paddle.Tensor]:
     called: list[paddle.nn.Layer] = []
 
@@ -235,6 +284,22 @@ def _params_used(model: Model, run: Callable[[], object]) -> list[paddle.Tensor]
         for p in layer.parameters(include_sublayers=isinstance(layer, LayerFunc)):
             seen.setdefault(id(p), p)
     return list(seen.values())
+
+
+def exploring_actions(a_t: np.ndarray, rng: np.random.Generator, noise_std: float, uniform: bool) -> np.ndarray:
+    """Exploring actions around a deterministic policy's normalised ``a_t`` ``[B, D]``.
+
+    ``a_t`` plus Gaussian noise of std ``noise_std``, or with ``uniform`` (the first
+    ``random_action_samples``) uniform random actions over ``[-1, 1]^D``.
+    """
+    if uniform:
+        return rng.uniform(-1.0, 1.0, a_t.shape)
+    return a_t + noise_std * rng.standard_normal(a_t.shape)
+
+
+def standard_normal(rng: np.random.Generator, shape: Sequence[int]) -> paddle.Tensor:
+    """A float32 tensor of standard normal noise drawn from ``rng`` (an algorithm's seeded generator)."""
+    return paddle.to_tensor(rng.standard_normal(tuple(shape)).astype(np.float32))
 
 
 @contextmanager

@@ -10,16 +10,15 @@ import numpy as np
 import paddle
 
 from parl.algorithms.continuous import (
-    ActionScaler,
-    action_bounds,
-    continuous_action_spec,
+    actor_critic_params,
+    check_critic_outputs,
+    continuous_action,
+    exploring_actions,
     frozen,
     soft_update,
-    split_actor_critic_params,
 )
 from parl.algorithms.functional import td_target
 from parl.algorithms.optim import FusedAdam
-from parl.data.specs import zeros_for
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
@@ -84,17 +83,11 @@ class DDPG(Algorithm):
     def __init__(self, model: Model | ModelFactory, config: DDPGConfig | None = None) -> None:
         super().__init__(model)
         self.config = c = config if config is not None else DDPGConfig()
-        spec = continuous_action_spec(self.model, "DDPG")
-        self.action_name, self.action_dim = spec.name, int(spec.shape[0])
-        low, high = action_bounds(self.model, c.action_low, c.action_high, "DDPG")
-        self.scaler = ActionScaler(low, high, self.action_dim)
-        self.target_model = self.create_reference_model("target")
-        inputs = {k: paddle.to_tensor(v) for k, v in zeros_for(self.model.input_specs(), 1).items()}
-        a = paddle.zeros([1, self.action_dim], "float32")
-        m = self.model
-        self.actor_params, self.critic_params = split_actor_critic_params(
-            m, lambda: m.policy(inputs), lambda: m.q1(inputs, a)
+        self.action_name, self.action_dim, self.scaler = continuous_action(
+            self.model, c.action_low, c.action_high, "DDPG"
         )
+        self.target_model = self.create_reference_model("target")
+        self.actor_params, self.critic_params = actor_critic_params(self.model, self.action_dim, critics=("q1",))
         self.actor_optimizer = FusedAdam(self.actor_params, learning_rate=c.lr_actor)
         self.critic_optimizer = FusedAdam(self.critic_params, learning_rate=c.lr_critic)
         self.learn_steps = 0
@@ -105,17 +98,13 @@ class DDPG(Algorithm):
         a = model.policy(inputs)
         if a.ndim != 2:
             raise ValueError(f"{type(model).__name__}.policy must return [B, action_dim], got {list(a.shape)}")
-        q = model.q1(inputs, a)
-        if q.ndim > 2 or (q.ndim == 2 and q.shape[1] != 1):
-            raise ValueError(f"{type(model).__name__}.q1 must return [B] or [B, 1], got {list(q.shape)}")
+        check_critic_outputs(model, inputs, a, ("q1",))
 
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
         a_t = self.model.policy(inputs).numpy()
         if explore:
-            if self.explored_samples < self.config.random_action_samples:
-                a_t = self._rng.uniform(-1.0, 1.0, a_t.shape)
-            else:
-                a_t = a_t + self.config.exploration_noise * self._rng.standard_normal(a_t.shape)
+            uniform = self.explored_samples < self.config.random_action_samples
+            a_t = exploring_actions(a_t, self._rng, self.config.exploration_noise, uniform)
             self.explored_samples += a_t.shape[0]
         return Prediction(actions={self.action_name: self.scaler.to_env(a_t)})
 

@@ -11,18 +11,18 @@ import numpy as np
 import paddle
 
 from parl.algorithms.continuous import (
-    ActionScaler,
-    action_bounds,
-    continuous_action_spec,
+    actor_critic_params,
+    check_critic_outputs,
+    continuous_action,
     frozen,
     sac_alpha_loss,
     soft_update,
-    split_actor_critic_params,
+    standard_normal,
     tanh_gaussian_sample,
+    twin_q,
     twin_q_target,
 )
 from parl.algorithms.optim import FusedAdam
-from parl.data.specs import zeros_for
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
@@ -122,18 +122,12 @@ class SAC(Algorithm):
     def __init__(self, model: Model | ModelFactory, config: SACConfig | None = None) -> None:
         super().__init__(model)
         self.config = c = config if config is not None else SACConfig()
-        spec = continuous_action_spec(self.model, "SAC")
-        self.action_name, self.action_dim = spec.name, int(spec.shape[0])
-        low, high = action_bounds(self.model, c.action_low, c.action_high, "SAC")
-        self.scaler = ActionScaler(low, high, self.action_dim)
+        self.action_name, self.action_dim, self.scaler = continuous_action(
+            self.model, c.action_low, c.action_high, "SAC"
+        )
         self.target_entropy = float(-self.action_dim if c.target_entropy is None else c.target_entropy)
         self.target_model = self.create_reference_model("target")
-        inputs = {k: paddle.to_tensor(v) for k, v in zeros_for(self.model.input_specs(), 1).items()}
-        a = paddle.zeros([1, self.action_dim], "float32")
-        m = self.model
-        self.actor_params, self.critic_params = split_actor_critic_params(
-            m, lambda: m.policy(inputs), lambda: (m.q1(inputs, a), m.q2(inputs, a))
-        )
+        self.actor_params, self.critic_params = actor_critic_params(self.model, self.action_dim)
         self.actor_optimizer = FusedAdam(self.actor_params, learning_rate=c.lr_actor)
         self.critic_optimizer = FusedAdam(self.critic_params, learning_rate=c.lr_critic)
         self.temperature = Temperature(c.initial_alpha)
@@ -148,18 +142,11 @@ class SAC(Algorithm):
             raise ValueError(
                 f"{type(model).__name__}.policy must return (mean, log_std), each [B, action_dim]; got {out!r}"
             )
-        a = paddle.tanh(out[0])
-        for name in ("q1", "q2"):
-            q = getattr(model, name)(inputs, a)
-            if q.ndim > 2 or (q.ndim == 2 and q.shape[1] != 1):
-                raise ValueError(f"{type(model).__name__}.{name} must return [B] or [B, 1], got {list(q.shape)}")
+        check_critic_outputs(model, inputs, paddle.tanh(out[0]), ("q1", "q2"))
 
     def _policy(self, inputs: Tensors) -> tuple[paddle.Tensor, paddle.Tensor]:
         mean, log_std = self.model.policy(inputs)
         return mean, paddle.clip(log_std, self.config.log_std_min, self.config.log_std_max)
-
-    def _noise(self, shape: Sequence[int]) -> paddle.Tensor:
-        return paddle.to_tensor(self._rng.standard_normal(tuple(shape)).astype(np.float32))
 
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
         mean, log_std = self._policy(inputs)
@@ -168,7 +155,7 @@ class SAC(Algorithm):
         elif self.explored_samples < self.config.random_action_samples:
             a_t = self._rng.uniform(-1.0, 1.0, tuple(mean.shape))
         else:
-            a_t = tanh_gaussian_sample(mean, log_std, self._noise(mean.shape))[0].numpy()
+            a_t = tanh_gaussian_sample(mean, log_std, standard_normal(self._rng, mean.shape))[0].numpy()
         if explore:
             self.explored_samples += a_t.shape[0]
         return Prediction(actions={self.action_name: self.scaler.to_env(a_t)})
@@ -178,11 +165,6 @@ class SAC(Algorithm):
         """The current entropy temperature."""
         return self.temperature.alpha
 
-    def _min_q(self, model: Model, inputs: Tensors, a: paddle.Tensor) -> paddle.Tensor:
-        q1 = model.q1(inputs, a).reshape([-1])
-        q2 = model.q2(inputs, a).reshape([-1])
-        return paddle.minimum(q1, q2)
-
     def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
         c = self.config
         m, target = self.model, self.target_model
@@ -191,12 +173,10 @@ class SAC(Algorithm):
         a_t = self.scaler.to_normalised(batch.actions[self.action_name])
         with paddle.no_grad():
             mean_tp1, log_std_tp1 = self._policy(batch.next_inputs)
-            a_tp1, logp_tp1 = tanh_gaussian_sample(mean_tp1, log_std_tp1, self._noise(mean_tp1.shape))
-            q1_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])
-            q2_tp1 = target.q2(batch.next_inputs, a_tp1).reshape([-1])
+            a_tp1, logp_tp1 = tanh_gaussian_sample(mean_tp1, log_std_tp1, standard_normal(self._rng, mean_tp1.shape))
+            q1_tp1, q2_tp1 = twin_q(target, batch.next_inputs, a_tp1)
             y_t = twin_q_target(r_t, q1_tp1, q2_tp1, batch.terminal, c.gamma, -alpha * logp_tp1)
-        q1_t = m.q1(batch.inputs, a_t).reshape([-1])
-        q2_t = m.q2(batch.inputs, a_t).reshape([-1])
+        q1_t, q2_t = twin_q(m, batch.inputs, a_t)
         td_error = q1_t - y_t
         losses = 0.5 * (td_error**2 + (q2_t - y_t) ** 2)
         if batch.weights is not None:
@@ -206,8 +186,8 @@ class SAC(Algorithm):
 
         with frozen(self.critic_params):
             mean_t, log_std_t = self._policy(batch.inputs)
-            a_new, logp_t = tanh_gaussian_sample(mean_t, log_std_t, self._noise(mean_t.shape))
-            actor_loss = (alpha * logp_t - self._min_q(m, batch.inputs, a_new)).mean()
+            a_new, logp_t = tanh_gaussian_sample(mean_t, log_std_t, standard_normal(self._rng, mean_t.shape))
+            actor_loss = (alpha * logp_t - paddle.minimum(*twin_q(m, batch.inputs, a_new))).mean()
             self.apply_gradients(actor_loss, self.actor_optimizer)
         out = {
             "critic_loss": critic_loss.detach(),

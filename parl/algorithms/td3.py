@@ -10,17 +10,18 @@ import numpy as np
 import paddle
 
 from parl.algorithms.continuous import (
-    ActionScaler,
-    action_bounds,
-    continuous_action_spec,
+    actor_critic_params,
+    check_critic_outputs,
+    continuous_action,
+    exploring_actions,
     frozen,
     smoothed_target_action,
     soft_update,
-    split_actor_critic_params,
+    standard_normal,
+    twin_q,
     twin_q_target,
 )
 from parl.algorithms.optim import FusedAdam
-from parl.data.specs import zeros_for
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
@@ -93,17 +94,11 @@ class TD3(Algorithm):
     def __init__(self, model: Model | ModelFactory, config: TD3Config | None = None) -> None:
         super().__init__(model)
         self.config = c = config if config is not None else TD3Config()
-        spec = continuous_action_spec(self.model, "TD3")
-        self.action_name, self.action_dim = spec.name, int(spec.shape[0])
-        low, high = action_bounds(self.model, c.action_low, c.action_high, "TD3")
-        self.scaler = ActionScaler(low, high, self.action_dim)
-        self.target_model = self.create_reference_model("target")
-        inputs = {k: paddle.to_tensor(v) for k, v in zeros_for(self.model.input_specs(), 1).items()}
-        a = paddle.zeros([1, self.action_dim], "float32")
-        m = self.model
-        self.actor_params, self.critic_params = split_actor_critic_params(
-            m, lambda: m.policy(inputs), lambda: (m.q1(inputs, a), m.q2(inputs, a))
+        self.action_name, self.action_dim, self.scaler = continuous_action(
+            self.model, c.action_low, c.action_high, "TD3"
         )
+        self.target_model = self.create_reference_model("target")
+        self.actor_params, self.critic_params = actor_critic_params(self.model, self.action_dim)
         self.actor_optimizer = FusedAdam(self.actor_params, learning_rate=c.lr_actor)
         self.critic_optimizer = FusedAdam(self.critic_params, learning_rate=c.lr_critic)
         self.learn_steps = 0
@@ -115,23 +110,15 @@ class TD3(Algorithm):
         a = model.policy(inputs)
         if a.ndim != 2:
             raise ValueError(f"{type(model).__name__}.policy must return [B, action_dim], got {list(a.shape)}")
-        for name in ("q1", "q2"):
-            q = getattr(model, name)(inputs, a)
-            if q.ndim > 2 or (q.ndim == 2 and q.shape[1] != 1):
-                raise ValueError(f"{type(model).__name__}.{name} must return [B] or [B, 1], got {list(q.shape)}")
+        check_critic_outputs(model, inputs, a, ("q1", "q2"))
 
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
         a_t = self.model.policy(inputs).numpy()
         if explore:
-            if self.explored_samples < self.config.random_action_samples:
-                a_t = self._rng.uniform(-1.0, 1.0, a_t.shape)
-            else:
-                a_t = a_t + self.config.exploration_noise * self._rng.standard_normal(a_t.shape)
+            uniform = self.explored_samples < self.config.random_action_samples
+            a_t = exploring_actions(a_t, self._rng, self.config.exploration_noise, uniform)
             self.explored_samples += a_t.shape[0]
         return Prediction(actions={self.action_name: self.scaler.to_env(a_t)})
-
-    def _noise(self, shape: Sequence[int]) -> paddle.Tensor:
-        return paddle.to_tensor(self._rng.standard_normal(tuple(shape)).astype(np.float32))
 
     def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor]:
         c = self.config
@@ -140,12 +127,11 @@ class TD3(Algorithm):
         a_t = self.scaler.to_normalised(batch.actions[self.action_name])
         with paddle.no_grad():
             a_tp1 = target.policy(batch.next_inputs)
-            a_tp1 = smoothed_target_action(a_tp1, self._noise(a_tp1.shape), c.target_noise, c.target_noise_clip)
-            q1_tp1 = target.q1(batch.next_inputs, a_tp1).reshape([-1])
-            q2_tp1 = target.q2(batch.next_inputs, a_tp1).reshape([-1])
+            eps = standard_normal(self._rng, a_tp1.shape)
+            a_tp1 = smoothed_target_action(a_tp1, eps, c.target_noise, c.target_noise_clip)
+            q1_tp1, q2_tp1 = twin_q(target, batch.next_inputs, a_tp1)
             y_t = twin_q_target(r_t, q1_tp1, q2_tp1, batch.terminal, c.gamma)
-        q1_t = m.q1(batch.inputs, a_t).reshape([-1])
-        q2_t = m.q2(batch.inputs, a_t).reshape([-1])
+        q1_t, q2_t = twin_q(m, batch.inputs, a_t)
         td_error = q1_t - y_t
         losses = td_error**2 + (q2_t - y_t) ** 2
         if batch.weights is not None:
