@@ -10,14 +10,17 @@ evaluation protocol, implemented once here (:class:`EvalProtocol`):
 * evaluation episodes run side by side with one batched prediction per step on both sides (parl's
   ``evaluate_greedy``; for SB3 the same loop around ``model.predict(obs_batch, deterministic=True)``);
 * wall time runs from just before the learner is built (networks, envs) to the end of the confirming
-  evaluation, so **evaluation time is included on both sides**. SB3 pauses training while it evaluates;
-  parl's ``Manager.run`` evaluates in its own thread while the agents keep acting and learning (that is
-  how ``EvalStopper`` works), so parl's evaluations overlap training and may see parameters that change
-  between steps of an evaluation episode. Evaluation seconds are recorded per run too;
+  evaluation, so **evaluation time is included on both sides**. Neither side learns while it evaluates:
+  SB3 pauses training; parl's ``Manager.run`` evaluates in its own thread holding the task's learning
+  lock (as ``EvalStopper(task=...)`` does), so learning calls wait and the policy scored does not change
+  during an evaluation, while agents that are not waiting for a learning call may keep acting.
+  Evaluation seconds are recorded per run too;
 * every run has a wall-time cap (per problem) and a step budget; a run that does not solve within them
   is recorded as not solved. SB3's step budget is RL-Zoo's ``n_timesteps``, because its schedules
   (linear learning rate, exploration fraction) are defined relative to it;
-* after the run, the final policy is scored on 20 greedy episodes ("final return").
+* after the run, the policy is scored on 20 other greedy episodes ("final return"): for a solved parl run,
+  the parameters of the solving evaluation, restored after the stop (learning calls that were waiting
+  when the run stopped may have changed them); otherwise the last policy.
 
 Run: ``python -m benchmarks.learning [--problems cartpole_ppo,...] [--seeds 3] [--quick]``; writes
 benchmarks/results/learning.json and the learning section of docs/benchmarks.md (not with ``--quick``
@@ -188,7 +191,7 @@ class EvalProtocol:
     solved_at_steps: int | None = None
     solved_at_seconds: float | None = None
     solved_at_end_steps: int | None = None
-    """Env steps when the solving evaluation ended (parl's agents keep training while it evaluates)."""
+    """Env steps when the solving evaluation ended (parl's agents may keep acting while it evaluates)."""
     eval_seconds: float = 0.0
     best: float = -np.inf
     history: list[tuple[int, float, float]] = field(default_factory=list)
@@ -196,6 +199,10 @@ class EvalProtocol:
 
     def __post_init__(self) -> None:
         self._next = self.every
+
+    def due(self, steps: int) -> bool:
+        """Whether :meth:`step` would evaluate (or report the solve) at ``steps``."""
+        return self.solved_at_steps is not None or steps >= self._next
 
     def step(self, steps: int, evaluate: Evaluate, steps_now: Callable[[], int] | None = None) -> bool:
         """Called as often as convenient with the env-step count; evaluates when due. True once solved.
@@ -339,8 +346,25 @@ def run_parl(problem: Problem, seed: int, quick: int) -> RunResult:
     def evaluate(episodes: int, first_seed: int) -> np.ndarray:
         return parl.evaluate_greedy(task, make_env, episodes, seed=first_seed)
 
-    report = manager.run(stop_when=lambda control: protocol.step(control.steps, evaluate, lambda: control.steps))
+    # Learning waits while the policy is scored (SB3 pauses training to evaluate), and the parameters that
+    # solved are what the final evaluation scores (learning calls in flight at the stop may still run).
+    model = task.algorithm.model
+    solved_params: dict[str, np.ndarray] = {}
+
+    def stop_when(control: Any) -> bool:
+        if not protocol.due(control.steps):
+            return False
+        with model.learn_lock:
+            solved = protocol.step(control.steps, evaluate, lambda: control.steps)
+            if solved and not solved_params:
+                solved_params.update({k: np.array(v.numpy(), copy=True) for k, v in model.state_dict().items()})
+        return solved
+
+    report = manager.run(stop_when=stop_when)
     total_seconds = time.monotonic() - start
+    if solved_params:
+        with model.learn_lock, model.param_lock:
+            model.set_state_dict(solved_params)  # type: ignore[arg-type]  # paddle takes numpy values
     final = float(np.mean(evaluate(FINAL_EPISODES, FINAL_SEED)))
     return RunResult(
         problem.name, "parl", seed, protocol.solved_at_steps is not None, protocol.solved_at_steps,
@@ -535,12 +559,15 @@ def markdown(results: dict[str, Any]) -> str:
         f"(deterministic) episodes; a mean at or above the threshold is confirmed on {proto['confirm_episodes']} "
         "other episodes, and the run is solved when that mean reaches the threshold. Episodes of one evaluation "
         "run side by side with one batched prediction per step. Wall time runs from building the learner to "
-        "the end of the confirming evaluation and **includes evaluation time on both sides** (SB3 pauses "
-        "training to evaluate; parl evaluates in the manager's thread while its agents keep training). "
+        "the end of the confirming evaluation and **includes evaluation time on both sides**; both sides "
+        "stop learning while they evaluate (SB3 pauses training; parl's evaluation holds the task's learning "
+        "lock, so learning calls wait while its agents may still act). "
         "SB3 uses the RL-Zoo hyperparameters and its `n_timesteps` as step budget; every run also has a wall-time "
-        "cap. *Final* is the mean return of the final policy over 20 greedy episodes. Steps are counted when the "
-        "solving evaluation started (for parl, at episode ends); parl's agents keep acting while it evaluates, so "
-        "its policy has seen somewhat more steps by then (recorded per run in the JSON): compare wall times.",
+        "cap. *Final* is the mean return over 20 other greedy episodes of the policy that solved (parl restores "
+        "the parameters of its solving evaluation; updates already in flight at the stop are dropped) or, "
+        "unsolved, of the last one. Steps are counted when the solving evaluation started (for parl, at episode "
+        "ends); parl's agents may keep acting while it evaluates (recorded per run in the JSON): compare wall "
+        "times.",
         "",
         "Steps and seconds to threshold are over solved runs; *median s (all)* counts an unsolved run as "
         "the cap and is what the ratio compares.",

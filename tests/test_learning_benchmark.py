@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -178,3 +180,37 @@ def test_algorithm_pages_get_their_problems_results_block(tmp_path: Path) -> Non
     text = page.read_text()
     assert text.count("<!-- learning-results:begin -->") == 1 and "0.45 (target" in text and "0.40 (target" not in text
     assert (tmp_path / "sac.md").read_text() == "# SAC\n\n## Results\n"
+
+
+def test_a_solved_parl_run_scores_the_parameters_that_solved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A threshold every policy meets: solved at the first evaluation, learning frozen while it ran."""
+    easy = replace(PROBLEMS["cartpole_dqn"], threshold=1.0)
+    frozen: list[bool] = []
+    real_step = EvalProtocol.step
+
+    def step(self: EvalProtocol, steps: int, evaluate, steps_now=None) -> bool:  # type: ignore[no-untyped-def]
+        lock = learning_lock[0]
+        # held by this thread while evaluating: another thread cannot take it
+        got = []
+        t = threading.Thread(target=lambda: got.append(lock.acquire(timeout=0.05)))
+        t.start()
+        t.join()
+        if got[0]:
+            lock.release()
+        frozen.append(not got[0])
+        return real_step(self, steps, evaluate, steps_now)
+
+    learning_lock: list[Any] = []
+    real_build = learning._build_parl_manager
+
+    def build(problem, seed, max_steps):  # type: ignore[no-untyped-def]
+        manager = real_build(problem, seed, max_steps)
+        learning_lock.append(manager.tasks["RL"].algorithm.model.learn_lock)
+        return manager
+
+    monkeypatch.setattr(EvalProtocol, "step", step)
+    monkeypatch.setattr(learning, "_build_parl_manager", build)
+    result = learning.run_parl(easy, seed=0, quick=400)
+    assert result.solved and result.steps_to_threshold is not None
+    assert frozen and all(frozen)
+    assert result.final_return >= 1.0
