@@ -170,6 +170,58 @@ def test_killed_worker_is_restarted_and_run_completes() -> None:
     assert _no_children_left()
 
 
+def _slow_restarts(monkeypatch: pytest.MonkeyPatch, link_class: type, delay_s: float) -> list[float]:
+    """Make every worker launch after the first of a link take ``delay_s`` longer; returns when each began."""
+    real = link_class._launch
+    began: list[float] = []
+
+    def launch(self):  # type: ignore[no-untyped-def]
+        if getattr(self, "_launched_once", False):
+            began.append(time.monotonic())
+            time.sleep(delay_s)
+        self._launched_once = True
+        return real(self)
+
+    monkeypatch.setattr(link_class, "_launch", launch)
+    return began
+
+
+def check_stop_during_a_restart(monkeypatch: pytest.MonkeyPatch, runtime: str, link_class: type,
+                                kill: Callable[[parl.Manager], int]) -> parl.Manager:  # fmt: skip
+    """Kill worker 0, then stop the run while its replacement starts: the stop reaches the replacement."""
+    began = _slow_restarts(monkeypatch, link_class, 1.0)
+    m = _manager(
+        parl.ManagerConfig(
+            num_agents=4,
+            runtime=runtime,
+            num_workers=2,
+            max_seconds=60,
+            restart_failed_agents=True,
+            stop_timeout_s=20.0,  # time enough for the replacement to come up (a Ray actor takes seconds)
+        )
+    )
+    killer = WorkerKiller(m, lambda control: control.steps > 300, kill)
+    start = time.monotonic()
+    report = m.run(stop_when=lambda control: bool(began) and time.monotonic() - began[0] > 0.3)
+    killer.join()
+    assert killer.killed and report.faults.workers_lost == 1 and report.restarts == 1
+    assert time.monotonic() - start < 40
+    link = m.runtime.links[0]  # type: ignore[union-attr]
+    # the replacement came up, was told to stop, and reported its agents' final helper states
+    assert link.final_states is not None and link.final_states.error is None
+    assert sorted(link.final_states.states) == sorted(link.agent_ids)
+    assert report.leaked_threads == []
+    return m
+
+
+@pytest.mark.timeout(90)
+def test_a_run_stopped_while_a_worker_restarts_stops_the_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
+    from parl.runtimes.processes import _WorkerLink
+
+    check_stop_during_a_restart(monkeypatch, "processes", _WorkerLink, _kill_worker(0))
+    assert _no_children_left()
+
+
 @pytest.mark.timeout(60)
 def test_bad_data_from_worker_names_agent_task_and_field() -> None:
     class BadObs(parl.Agent):

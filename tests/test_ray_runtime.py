@@ -19,6 +19,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import test_faults as faults  # noqa: E402 - a module, so that pytest does not collect its tests here again
+import test_process_runtime as procs  # noqa: E402 - likewise
 from fault_helpers import WorkerKiller  # noqa: E402
 from ray_helpers import local_ray  # noqa: E402, F401 - the module-wide Ray instance (an autouse fixture)
 from test_agent_group_fakes import (  # noqa: E402
@@ -121,6 +122,14 @@ def test_a_killed_actor_is_detected_and_its_agents_restarted() -> None:
     # the restarted actor's agents (0, 2, 4, 6) played again after the kill
     assert all(len(report.returns[a]) > 0 for a in range(8))
     assert killer.killed_pid is not None and not pid_alive(killer.killed_pid)
+
+
+def test_a_run_stopped_while_an_actor_is_replaced_stops_the_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
+    from parl.runtimes.ray_runtime import _RayLink
+
+    m = procs.check_stop_during_a_restart(monkeypatch, "ray", _RayLink, _kill_actor)
+    link = m.runtime.links[0]  # type: ignore[union-attr]
+    assert link.generation == 1 and link.said_goodbye  # the replacement said goodbye on its own connection
 
 
 def test_a_killed_actor_without_restarts_fails_the_run_quickly() -> None:

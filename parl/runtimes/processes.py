@@ -646,19 +646,32 @@ class _WorkerLink:
         self.ready = False
         self.final_states: _StateReply | None = None
         """The helper states the worker reported when its agents stopped (None until then)."""
+        # Held while the worker (re)starts: close() waits for a restart in progress, so it stops the
+        # new worker through its new connections; a restart that begins after stop() starts nothing.
+        self._start_lock = threading.Lock()
 
     def start(self) -> None:
-        """Start (or restart) the worker and the thread that serves it."""
-        with self._replies_lock:
-            self.ready = False
-            self.final_states = None
-        self.exited = False
-        self.said_goodbye = False
-        self.pred_conn, self.msg_conn = self._launch()
-        with self._replies_lock:
-            self.ready = True
-        self.thread = threading.Thread(target=self._serve, name=f"parl-link-{self.index}", daemon=True)
-        self.thread.start()
+        """Start (or restart) the worker and the thread that serves it (nothing once the runtime stops)."""
+        with self._start_lock:
+            if self.runtime.stopping:
+                return
+            with self._replies_lock:
+                self.ready = False
+                self.final_states = None
+            self.exited = False
+            self.said_goodbye = False
+            self.pred_conn, self.msg_conn = self._launch()
+            with self._replies_lock:
+                self.ready = True
+            self.thread = threading.Thread(target=self._serve, name=f"parl-link-{self.index}", daemon=True)
+            self.thread.start()
+
+    def wait_for_start(self, timeout: float) -> bool:
+        """Wait until no (re)start of the worker is in progress; False if one still is after ``timeout``."""
+        if not self._start_lock.acquire(timeout=max(0.0, timeout)):
+            return False
+        self._start_lock.release()
+        return True
 
     def request_helper_states(self, request_id: int) -> _StateReply | None:
         """Ask the worker for its agents' helper states; None when it is not running (ended or restarting)."""
@@ -824,8 +837,10 @@ class _WorkerLink:
     def close(self, timeout: float) -> bool:
         """Join the process (killing it if needed) and free the buffers; True if it ended in time."""
         ended = True
+        deadline = time.monotonic() + timeout
+        if not self.wait_for_start(timeout / 2):
+            logger.warning("worker %d was still restarting when the run stopped", self.index)
         if self.process is not None:
-            deadline = time.monotonic() + timeout
             with self._reap_lock:
                 self.process.join(max(0.0, deadline - time.monotonic()))
                 if self.process.is_alive():
@@ -946,6 +961,7 @@ class ProcessRuntime:
         """Start the workers; agent ``i`` lives in worker ``i % num_workers``."""
         self.tasks, self.wrappers, self.remote_spec, self.control = list(tasks), list(wrappers), spec, control
         self.specs = spec.tasks
+        self.stopping = False
         self.stop_event = self._make_stop_event()
         workers = min(self.num_workers, num_agents)
         for w in range(workers):

@@ -296,9 +296,12 @@ class _RayLink(_WorkerLink):
     def close(self, timeout: float) -> bool:
         """Ask the actor to stop, wait for its goodbye, then kill it; True if it ended in time."""
         ray = self.runtime.ray
+        deadline = time.monotonic() + timeout
+        # A replacement actor being started gets the stop through its own connections, once it connected.
+        if not self.wait_for_start(timeout / 2):
+            logger.warning("the replacement actor of worker %d had not connected when the run stopped", self.index)
         if getattr(self, "msg_conn", None) is not None:  # None: the actor never connected
             self.send(("stop",))
-        deadline = time.monotonic() + timeout
         if self.thread is not None:
             self.thread.join(max(0.05, deadline - time.monotonic()))
         ended = self.said_goodbye or (self.thread is not None and not self.thread.is_alive())
