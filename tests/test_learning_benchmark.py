@@ -132,7 +132,10 @@ def test_example_manager_runs_a_few_hundred_steps(example) -> None:  # type: ign
     assert report.training_stats["RL"].calls > 0  # learning started (learning_starts is per agent)
     assert report.prediction_stats["RL"].mean_batch > 1.0  # the agents' predictions were batched
     algo = manager.tasks["RL"].algorithm  # the one learner all agents share
-    assert algo.learn_steps == report.training_stats["RL"].calls
+    stats, mb = report.training_stats["RL"], algo.config.minibatch_size
+    # One gradient step per learning call, or one per minibatch of each call (DQNConfig.minibatch_size).
+    expected = stats.calls if mb is None else sum(n * -(-rows // mb) for rows, n in stats.histogram.items())
+    assert algo.learn_steps == expected
 
 
 @pytest.mark.parametrize("example", [cartpole, acrobot], ids=["cartpole_dqn_many", "acrobot_dqn"])

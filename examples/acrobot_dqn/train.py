@@ -31,6 +31,8 @@ ACROBOT = DQNManySettings(
     learning_starts=250,
     capacity=25_000,
     merge_requests=4,
+    minibatch_size=None,
+    n_step=1,
     eval_every=5_000,
     max_steps=200_000,
 )
