@@ -63,28 +63,71 @@ def test_with_a_task_learning_waits_while_the_policy_is_scored() -> None:
     assert _learning_during_evaluation(freeze=False) is True  # control: without a task, learning goes on
 
 
+def _assert_same_state(a: Any, b: Any, where: str = "state") -> None:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=where)
+    elif isinstance(a, dict):
+        assert set(a) == set(b), where
+        for k in a:
+            _assert_same_state(a[k], b[k], f"{where}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same_state(x, y, f"{where}/{i}")
+    else:
+        assert a == b, where
+
+
 @pytest.mark.timeout(60)
-def test_the_solving_parameters_are_kept_and_restored() -> None:
+def test_the_solving_state_is_kept_and_restored() -> None:
     task = _task()
+    algo = task.algorithm
     scores = iter([0.0, 10.0])
     stopper = EvalStopper(10, lambda: np.array([next(scores)]), stop_value=5.0, task=task)
     assert stopper(_control(5)) is False  # not due yet
-    assert stopper(_control(10)) is False and stopper.solved_params is None
+    assert stopper(_control(10)) is False and stopper.solved_state is None
     task.learn(_batch())
     assert stopper(_control(20)) is True and stopper.solved and stopper.solved_at_steps == 20
-    solved = _params(task)
-    assert stopper.solved_params is not None and set(stopper.solved_params) == set(solved)
-    for k, v in solved.items():
-        np.testing.assert_array_equal(stopper.solved_params[k], v)
-    for _ in range(3):  # updates that were in flight when the run stopped
+    solved = algo.state_snapshot()
+    assert stopper.solved_state is not None
+    _assert_same_state(stopper.solved_state, solved)
+    for _ in range(3):  # learning calls that were waiting when the run stopped
         task.learn(_batch())
-    assert any(not np.array_equal(v, solved[k]) for k, v in _params(task).items())
+    assert any(not np.array_equal(v, solved["model"][k]) for k, v in _params(task).items())
+    assert algo.state_snapshot()["optimizer"]["steps"] != solved["optimizer"]["steps"]
     assert stopper.restore_solved() is True
-    for k, v in _params(task).items():
-        np.testing.assert_array_equal(v, solved[k])
-    obs = np.zeros((3, 4), np.float32)
-    before = task.predict({"obs": obs}, explore=False).actions["action"]
-    np.testing.assert_array_equal(task.predict({"obs": obs}, explore=False).actions["action"], before)
+    # parameters, target network, optimizer moments and counters: all as at the solving evaluation
+    _assert_same_state(algo.state_snapshot(), solved)
+    task.learn(_batch())  # and learning goes on from there
+    assert algo.state_snapshot()["optimizer"]["steps"] == solved["optimizer"]["steps"] + 1
+
+
+@pytest.mark.timeout(60)
+def test_on_improve_runs_while_learning_is_frozen() -> None:
+    task = _task()
+    finished_inside: list[bool] = []
+
+    def on_improve(score: float) -> None:
+        learner = threading.Thread(target=task.learn, args=(_batch(),))
+        learner.start()
+        learner.join(1.0)
+        finished_inside.append(not learner.is_alive())
+        on_improve.learner = learner  # type: ignore[attr-defined]
+
+    stopper = EvalStopper(10, lambda: np.array([1.0]), task=task, on_improve=on_improve)
+    stopper(_control(10))
+    on_improve.learner.join(10.0)  # type: ignore[attr-defined]
+    assert finished_inside == [False]  # a best-model save in on_improve holds the scored parameters
+
+
+def test_a_snapshot_is_not_changed_by_later_learning() -> None:
+    task = _task()
+    task.learn(_batch())
+    snap = task.algorithm.state_snapshot()
+    again = task.algorithm.state_snapshot()
+    task.learn(_batch())
+    _assert_same_state(snap, again)  # nothing in it is a live tensor or a shared array
+    assert snap["optimizer"]["steps"] == 1
 
 
 @pytest.mark.timeout(60)
@@ -97,7 +140,7 @@ def test_restore_solved_changes_nothing_without_a_task_or_a_solve() -> None:
     for k, v in _params(task).items():
         np.testing.assert_array_equal(v, before[k])
     no_task = EvalStopper(10, lambda: np.array([9.0]), stop_value=5.0)
-    assert no_task(_control(10)) is True and no_task.solved_params is None
+    assert no_task(_control(10)) is True and no_task.solved_state is None
     assert no_task.restore_solved() is False
 
 

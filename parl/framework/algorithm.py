@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -195,6 +196,19 @@ class Algorithm:
         state[_EXTRA_KEY] = self.extra_state()
         return state
 
+    def state_snapshot(self) -> dict[str, Any]:
+        """A copy of :meth:`state_dict` that later learning does not change (tensors as numpy arrays).
+
+        Taken under ``model.learn_lock``, so no learning step is half applied in it; restore it
+        with :meth:`set_state_dict`. For example, to keep the parameters an evaluation scored::
+
+            kept = algo.state_snapshot()
+            ...                               # more learning
+            algo.set_state_dict(kept)         # model, target networks, optimizer, counters as they were
+        """
+        with self.model.learn_lock:
+            return _detached(self.state_dict())
+
     def set_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned; raises on missing items."""
         items = self.checkpoint_items()
@@ -209,6 +223,19 @@ class Algorithm:
             for k, obj in items.items():
                 obj.set_state_dict(state[k])
             self.set_extra_state(state.get(_EXTRA_KEY, {}))
+
+
+def _detached(obj: Any) -> Any:
+    """``obj`` with every tensor and array copied into a new numpy array (containers rebuilt)."""
+    if isinstance(obj, paddle.Tensor):
+        return np.array(obj.numpy(), copy=True)
+    if isinstance(obj, np.ndarray):
+        return obj.copy()
+    if isinstance(obj, dict):  # dict or OrderedDict, as state_dict methods return
+        return type(obj)((k, _detached(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_detached(v) for v in obj)
+    return copy.deepcopy(obj)
 
 
 def _check_layer_state(item: str, layer: paddle.nn.Layer, saved: Mapping[str, Any]) -> None:

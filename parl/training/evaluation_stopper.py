@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,12 +34,14 @@ class EvalStopper:
         stopper.restore_solved()   # the parameters that passed, whatever learned after them
         stopper.solved, stopper.history
 
-    Agents keep acting while the manager's thread evaluates. Without ``task``, learning goes on
-    too, so an evaluation scores a policy that changes while it plays. With ``task``, each
-    evaluation holds the task's learning lock: the policy is frozen while it is scored (learning
-    calls wait, as they would in a synchronous trainer), and the model parameters of the
-    evaluation that solved are kept in ``solved_params``. Learning calls already waiting when the
-    run stops still run, so call :meth:`restore_solved` after the run to put those parameters back.
+    The manager's thread evaluates while the agents run. Without ``task``, learning goes on too,
+    so an evaluation scores a policy that changes while it plays. With ``task``, each evaluation
+    (and ``on_improve``) holds the task's learning lock: the policy is frozen while it is scored,
+    learning calls wait as they would in a synchronous trainer, and only agents not waiting for a
+    learning call keep acting. The algorithm's state at the evaluation that solved (parameters,
+    target networks, optimizer, counters: :meth:`Algorithm.state_snapshot`) is kept in
+    ``solved_state``. Learning calls already waiting when the run stops still run, so call
+    :meth:`restore_solved` after the run to put that state back.
     """
 
     every_steps: int
@@ -48,15 +50,15 @@ class EvalStopper:
     confirm: Callable[[], np.ndarray] | None = None
     on_improve: Callable[[float], None] | None = None
     task: ComputationTask | None = None
-    """Freeze this task's learning during each evaluation and keep the solving parameters."""
+    """Freeze this task's learning during each evaluation and keep its state at the solving one."""
     history: list[tuple[int, float, float]] = field(default_factory=list)
     """(env steps, seconds since start, mean return) of every evaluation."""
     best: float = -np.inf
     solved: bool = False
     solved_at_steps: int | None = None
     solved_at_seconds: float | None = None
-    solved_params: dict[str, np.ndarray] | None = None
-    """Copies of the task model's parameters when the solving evaluation ran (with ``task`` only)."""
+    solved_state: dict[str, Any] | None = None
+    """The task algorithm's state snapshot at the solving evaluation (with ``task`` only)."""
     _next: int = 0
     _start: float = field(default_factory=time.monotonic)
 
@@ -75,15 +77,14 @@ class EvalStopper:
             if self.stop_value is not None and score >= self.stop_value and self.confirm is not None:
                 score = float(np.mean(self.confirm()))
             if self.task is not None and self.stop_value is not None and score >= self.stop_value:
-                model = self.task.algorithm.model
-                self.solved_params = {k: np.array(v.numpy(), copy=True) for k, v in model.state_dict().items()}
-        elapsed = time.monotonic() - self._start
-        self.history.append((steps, elapsed, score))
-        logger.info("eval at %d steps (%.1fs): mean return %.1f", steps, elapsed, score)
-        if score > self.best:
-            self.best = score
-            if self.on_improve is not None:
-                self.on_improve(score)
+                self.solved_state = self.task.algorithm.state_snapshot()
+            elapsed = time.monotonic() - self._start
+            self.history.append((steps, elapsed, score))
+            logger.info("eval at %d steps (%.1fs): mean return %.1f", steps, elapsed, score)
+            if score > self.best:
+                self.best = score
+                if self.on_improve is not None:
+                    self.on_improve(score)  # still frozen: a checkpoint saved here holds what was scored
         if self.stop_value is not None and score >= self.stop_value:
             self.solved, self.solved_at_steps, self.solved_at_seconds = True, steps, elapsed
             return True
@@ -98,14 +99,14 @@ class EvalStopper:
             yield
 
     def restore_solved(self) -> bool:
-        """Put the parameters of the solving evaluation back into the task's model (call after the run).
+        """Put the task's algorithm back in its state at the solving evaluation (call after the run).
 
         Returns False, changing nothing, when there was no ``task`` or no evaluation solved.
         """
-        if self.task is None or self.solved_params is None:
+        if self.task is None or self.solved_state is None:
             return False
-        model = self.task.algorithm.model
-        with model.learn_lock, model.param_lock:
-            model.set_state_dict(self.solved_params)  # type: ignore[arg-type]  # paddle takes numpy values too
-        logger.info("restored the parameters of the solving evaluation (%d tensors)", len(self.solved_params))
+        algorithm = self.task.algorithm
+        with algorithm.model.learn_lock:
+            algorithm.set_state_dict(self.solved_state)
+        logger.info("restored the state of the solving evaluation")
         return True
