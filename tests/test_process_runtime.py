@@ -222,6 +222,51 @@ def test_a_run_stopped_while_a_worker_restarts_stops_the_replacement(monkeypatch
     assert _no_children_left()
 
 
+@pytest.mark.timeout(90)
+def test_a_replacement_that_comes_up_after_the_stop_gave_up_on_it_stops_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from parl.runtimes.processes import _WorkerLink
+
+    began = _slow_restarts(monkeypatch, _WorkerLink, 2.0)  # longer than stop() waits for it
+    m = _manager(
+        parl.ManagerConfig(
+            num_agents=4, runtime="processes", num_workers=2, max_seconds=60, restart_failed_agents=True,
+            stop_timeout_s=1.0,
+        )
+    )  # fmt: skip
+    killer = WorkerKiller(m, lambda control: control.steps > 300, _kill_worker(0))
+    m.run(stop_when=lambda control: bool(began) and time.monotonic() - began[0] > 0.2)
+    killer.join()
+    link = m.runtime.links[0]  # type: ignore[union-attr]
+    assert link.wait_for_start(10.0)  # the late start finished ...
+    assert link.thread is not None
+    link.thread.join(10.0)
+    assert not link.thread.is_alive()  # ... and stopped what it had started
+    assert link.process is not None and not link.process.is_alive()
+    assert link.buffers and all(not req.views and not rep.views for req, rep in link.buffers)  # shared memory freed
+    assert _no_children_left()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_whose_serving_fails_reports_the_error_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the task but the worker's own packing raises: its agents get a WrapperError naming the cause."""
+    import parl.runtimes.processes as processes
+
+    def broken_pack(requests):  # type: ignore[no-untyped-def]
+        raise MemoryError("packing exploded in the worker")
+
+    monkeypatch.setattr(processes, "pack_requests", broken_pack)  # the forked workers inherit it
+    m = _manager(parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_seconds=30))
+    start = time.monotonic()
+    with pytest.raises(parl.AgentError) as info:
+        m.run()
+    assert time.monotonic() - start < 20
+    assert isinstance(info.value.original, parl.WrapperError)
+    assert "packing exploded in the worker" in str(info.value) and "'RL'" in str(info.value)
+    assert _no_children_left()
+
+
 @pytest.mark.timeout(60)
 def test_bad_data_from_worker_names_agent_task_and_field() -> None:
     class BadObs(parl.Agent):

@@ -236,6 +236,21 @@ class _RemoteWrapper:
         if self.msg.stop_event.is_set():
             raise RunStopped("the run is stopping")
 
+    def fail(
+        self, exc: BaseException, tb: str, items: Sequence[tuple[Communicator, Any]] = (), kind: str = "predict"
+    ) -> None:
+        """Serving failed in this worker (not in the task): the wrapper is dead here; answer ``items``.
+
+        What the hub calls when serving a round raised, as for a :class:`ComputationWrapper`.
+        """
+        if self.error is None:
+            self.error = exc
+            logger.error("worker-side serving of task %r failed: %s", self.task.name, tb)
+        for comm, _ in items:
+            error = WrapperError(f"task {self.task.name!r}: {self.error}", task=self.task.name, original=self.error,
+                                 traceback_text=tb)  # fmt: skip
+            comm.put_prediction_return(Failure(error, tb, kind))
+
     def create_communicator(self, agent_id: int, return_queue_factory: Callable[[], Any], sink: Any) -> Communicator:
         training = _RemoteTrainingSink(self)
         comm = Communicator(agent_id, self, sink, training, return_queue_factory(), return_queue_factory())  # type: ignore[arg-type]
@@ -617,6 +632,10 @@ class _StateReply:
     """The worker ended before answering."""
 
 
+LATE_START_CLOSE_S = 10.0
+"""How long a worker that came up after the run stopped gets to stop by itself before it is killed."""
+
+
 class _WorkerLink:
     """One worker process as the learner sees it: its process, pipes, buffers and serving thread."""
 
@@ -647,8 +666,9 @@ class _WorkerLink:
         self.final_states: _StateReply | None = None
         """The helper states the worker reported when its agents stopped (None until then)."""
         # Held while the worker (re)starts: close() waits for a restart in progress, so it stops the
-        # new worker through its new connections; a restart that begins after stop() starts nothing.
-        self._start_lock = threading.Lock()
+        # new worker through its new connections; a restart that begins after stop() starts nothing,
+        # and one that close() gave up waiting for closes what it started itself (hence reentrant).
+        self._start_lock = threading.RLock()
 
     def start(self) -> None:
         """Start (or restart) the worker and the thread that serves it (nothing once the runtime stops)."""
@@ -665,6 +685,10 @@ class _WorkerLink:
                 self.ready = True
             self.thread = threading.Thread(target=self._serve, name=f"parl-link-{self.index}", daemon=True)
             self.thread.start()
+            if self.runtime.stopping:
+                # The run stopped while this worker started, and stop() gave up waiting for it.
+                logger.warning("worker %d came up after the run stopped; stopping it", self.index)
+                self.close(LATE_START_CLOSE_S)
 
     def wait_for_start(self, timeout: float) -> bool:
         """Wait until no (re)start of the worker is in progress; False if one still is after ``timeout``."""
@@ -1003,7 +1027,7 @@ class ProcessRuntime:
         error = RuntimeError(f"{link.describe()} (agents {link.agent_ids}) died with exit code {exitcode}")
         c.record_fault("workers_lost")
         c.record_fault("episodes_lost", len(link.agent_ids))
-        if c.restart_failed_agents and c.restarts < c.max_restarts and not c.stop_requested:
+        if c.restart_failed_agents and c.restarts < c.max_restarts and not c.stop_requested and not self.stopping:
             from parl.runtimes.control import AgentFailure
 
             with self._lock:
