@@ -348,23 +348,22 @@ def run_parl(problem: Problem, seed: int, quick: int) -> RunResult:
 
     # Learning waits while the policy is scored (SB3 pauses training to evaluate), and the parameters that
     # solved are what the final evaluation scores (learning calls in flight at the stop may still run).
-    model = task.algorithm.model
-    solved_params: dict[str, np.ndarray] = {}
+    algorithm = task.algorithm
+    solved_state: list[dict[str, Any]] = []
 
     def stop_when(control: Any) -> bool:
         if not protocol.due(control.steps):
             return False
-        with model.learn_lock:
+        with algorithm.model.learn_lock:
             solved = protocol.step(control.steps, evaluate, lambda: control.steps)
-            if solved and not solved_params:
-                solved_params.update({k: np.array(v.numpy(), copy=True) for k, v in model.state_dict().items()})
+            if solved and not solved_state:
+                solved_state.append(algorithm.state_snapshot())
         return solved
 
     report = manager.run(stop_when=stop_when)
     total_seconds = time.monotonic() - start
-    if solved_params:
-        with model.learn_lock, model.param_lock:
-            model.set_state_dict(solved_params)  # type: ignore[arg-type]  # paddle takes numpy values
+    if solved_state:
+        algorithm.set_state_dict(solved_state[0])
     final = float(np.mean(evaluate(FINAL_EPISODES, FINAL_SEED)))
     return RunResult(
         problem.name, "parl", seed, protocol.solved_at_steps is not None, protocol.solved_at_steps,
