@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--every", type=float, default=15.0)
     parser.add_argument("--agents", type=int, default=32)
     parser.add_argument("--runtime", default="coroutines")
+    parser.add_argument(
+        "--episode-history",
+        type=int,
+        default=100,
+        help="episodes per agent the run report keeps (0: all; each costs ~60 bytes, which a soak would count)",
+    )
     args = parser.parse_args(argv)
     algo = parl.DQN(lambda: CartPoleQModel(64), parl.DQNConfig(epsilon_decay_samples=20_000))
     task = parl.TaskConfig(
@@ -37,7 +43,12 @@ def main(argv: list[str] | None = None) -> None:
         [task],
         GymAgent,
         lambda i: gym.make("CartPole-v1"),
-        parl.ManagerConfig(num_agents=args.agents, runtime=args.runtime, max_seconds=args.minutes * 60),
+        parl.ManagerConfig(
+            num_agents=args.agents,
+            runtime=args.runtime,
+            max_seconds=args.minutes * 60,
+            episode_history=args.episode_history or None,
+        ),
     )
     samples: list[tuple[float, int, float]] = []
     start = time.monotonic()
@@ -65,8 +76,11 @@ def main(argv: list[str] | None = None) -> None:
             "## Memory soak (`benchmarks/soak.py`)",
             "",
             f"{args.agents} CartPole agents learning with DQN for {args.minutes:g} minutes on the {args.runtime} "
-            f"runtime ({report.steps} env steps, {report.training_stats['RL'].calls} learning calls); resident memory "
-            f"sampled every {args.every:g} s.",
+            f"runtime ({report.steps} env steps, {report.episodes} episodes, {report.training_stats['RL'].calls} "
+            f"learning calls); resident memory sampled every {args.every:g} s. The run report keeps the last "
+            f"{args.episode_history or 'all'} episodes per agent (`ManagerConfig.episode_history`; keeping every "
+            "episode's return and length costs about 60 bytes per episode, which a long run of short episodes "
+            "would otherwise show as growth).",
             "",
             "| after warm-up (first fifth) | at the end | change | least-squares slope |",
             "|---|---|---|---|",
@@ -77,7 +91,14 @@ def main(argv: list[str] | None = None) -> None:
         ]
     )
     if args.minutes >= 1:
-        write_results("soak", {"machine": machine(), "samples": samples, "slope_mb_per_min": slope}, md)
+        results = {
+            "machine": machine(),
+            "samples": samples,
+            "slope_mb_per_min": slope,
+            "episodes": report.episodes,
+            "episode_history": args.episode_history or None,
+        }
+        write_results("soak", results, md)
 
 
 if __name__ == "__main__":

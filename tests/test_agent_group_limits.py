@@ -21,6 +21,7 @@ from test_agent_group_fakes import (
 )
 
 import parl
+from parl.runtimes.control import RunControl
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -283,3 +284,50 @@ def test_manager_stop_reports_and_logs_a_wrapper_thread_stuck_in_a_task_call(
     assert not train_thread.is_alive()
     assert len(algo.learn_sizes) == 1  # no new learning call after the stop
     assert threads_started_since(before, grace_s=0.5) == []
+
+
+# ------------------------------------------------------------------------- episode history
+@pytest.mark.parametrize("runtime", ["coroutines", "processes"])
+def test_episode_history_keeps_the_last_episodes_and_counts_all(runtime: str) -> None:
+    config = parl.ManagerConfig(num_agents=2, runtime=runtime, max_episodes=40, episode_history=3)
+    report = parl.Manager([echo_task_config()], StepAgent, lambda i: CounterEnv(tag=i, length=5), config).run()
+    assert report.episodes >= 40
+    assert all(1 <= len(rs) <= 3 for rs in report.returns.values())
+    assert all(len(ls) == len(rs) for ls, rs in zip(report.lengths.values(), report.returns.values()))
+    assert all(length == 5 for ls in report.lengths.values() for length in ls)
+    control = RunControl(config.num_agents, episode_history=config.episode_history)  # the newest are kept
+    control.episode_done(0, 1.0, 5)
+    control.episode_done(0, 2.0, 5)
+    control.episode_done(0, 3.0, 5)
+    control.episode_done(0, 4.0, 5)
+    assert list(control.returns[0]) == [2.0, 3.0, 4.0] and control.episodes_by_agent[0] == 4
+
+
+def test_episode_history_none_keeps_everything_and_bad_values_are_refused() -> None:
+    control = RunControl(1)
+    for r in range(100):
+        control.episode_done(0, float(r), 1)
+    assert list(control.returns[0]) == [float(r) for r in range(100)] and control.episodes_by_agent[0] == 100
+    with pytest.raises(ValueError, match="episode_history must be None .* or >= 1, got 0"):
+        parl.ManagerConfig(episode_history=0)
+
+
+def test_the_trainers_window_counts_new_episodes_past_the_kept_history(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from parl.training.trainer import TrainConfig, Trainer
+
+    manager = parl.Manager(
+        [echo_task_config()], StepAgent, lambda i: CounterEnv(tag=i), parl.ManagerConfig(num_agents=1, max_steps=10)
+    )
+    trainer = Trainer(manager, TrainConfig(run_dir=str(tmp_path), progress=False, eval_every=0))
+    control = RunControl(1, episode_history=2)
+    for r in (1.0, 2.0, 3.0):
+        control.episode_done(0, r, 1)
+    first = trainer.scalars(control, 1.0, 3)
+    assert first["train/episodes_in_window"] == 2.0 and first["train/return_mean"] == 2.5  # the 2 kept
+    for r in (10.0, 20.0, 30.0, 40.0, 50.0):
+        control.episode_done(0, r, 1)
+    second = trainer.scalars(control, 1.0, 5)
+    assert second["train/episodes_in_window"] == 2.0 and second["train/return_mean"] == 45.0
+    control.episode_done(0, 7.0, 1)
+    third = trainer.scalars(control, 1.0, 1)
+    assert third["train/episodes_in_window"] == 1.0 and third["train/return_mean"] == 7.0

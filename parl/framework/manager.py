@@ -127,6 +127,11 @@ class ManagerConfig:
     """How env crashes and hangs are handled (by default an env error fails its agent)."""
     helper_state_timeout_s: float = 60.0
     """Processes and ray runtimes: how long a checkpoint waits for the workers' helper states (replay buffers)."""
+    episode_history: int | None = None
+    """Most recent episodes per agent whose return and length the run keeps (``RunReport.returns``,
+    ``lengths``); None keeps every one. Each episode kept costs about 60 bytes, so a run of millions
+    of short episodes grows by that much: bound it for long runs. (A Trainer's log row then averages the
+    returns of at most this many of the episodes each agent finished since the previous row.)"""
 
     def __post_init__(self) -> None:
         if self.num_agents < 1:
@@ -141,6 +146,10 @@ class ManagerConfig:
             raise ValueError(f"ManagerConfig.num_threads must be >= 1, got {self.num_threads}")
         if not self.helper_state_timeout_s > 0:
             raise ValueError(f"ManagerConfig.helper_state_timeout_s must be > 0, got {self.helper_state_timeout_s}")
+        if self.episode_history is not None and self.episode_history < 1:
+            raise ValueError(
+                f"ManagerConfig.episode_history must be None (keep all) or >= 1, got {self.episode_history}"
+            )
 
 
 @dataclass
@@ -367,7 +376,13 @@ class Manager:
         runtime = self._make_runtime()
         self.runtime = runtime
         control = RunControl(
-            c.num_agents, c.max_episodes, c.max_steps, c.max_seconds, c.restart_failed_agents, c.max_restarts
+            c.num_agents,
+            c.max_episodes,
+            c.max_steps,
+            c.max_seconds,
+            c.restart_failed_agents,
+            c.max_restarts,
+            episode_history=c.episode_history,
         )
         control.start_from(*self.start_counters)
         self.control = control

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,13 +43,17 @@ class RunControl:
     max_restarts: int = 10
     episodes: int = 0
     steps: int = 0
-    returns: dict[int, list[float]] = field(default_factory=dict)
-    lengths: dict[int, list[int]] = field(default_factory=dict)
+    returns: dict[int, list[float] | deque[float]] = field(default_factory=dict)
+    """Episode returns per agent, in order (the last ``episode_history`` of them when that is set)."""
+    lengths: dict[int, list[int] | deque[int]] = field(default_factory=dict)
+    """Episode lengths per agent, kept like ``returns``."""
     failures: list[AgentFailure] = field(default_factory=list)
     restarts: int = 0
     fatal: AgentFailure | None = None
     faults: FaultStats = field(default_factory=FaultStats)
     started_at: float = field(default_factory=time.monotonic)
+    episode_history: int | None = None
+    """Most episodes per agent kept in ``returns`` and ``lengths`` (None: all of them)."""
 
     def __post_init__(self) -> None:
         self._live: dict[int, Agent] = {}
@@ -56,8 +61,13 @@ class RunControl:
         self._reserved_steps = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.returns = {i: [] for i in range(self.num_agents)}
-        self.lengths = {i: [] for i in range(self.num_agents)}
+        if self.episode_history is not None and self.episode_history < 1:
+            raise ValueError(f"episode_history must be None or >= 1, got {self.episode_history}")
+        keep = self.episode_history
+        self.returns = {i: [] if keep is None else deque(maxlen=keep) for i in range(self.num_agents)}
+        self.lengths = {i: [] if keep is None else deque(maxlen=keep) for i in range(self.num_agents)}
+        self.episodes_by_agent: dict[int, int] = dict.fromkeys(range(self.num_agents), 0)
+        """Episodes each agent finished (all of them, however many ``returns`` keeps)."""
 
     def start_from(self, steps: int, episodes: int) -> None:
         """Continue the counters of an earlier run (a resumed run): budgets count from there."""
@@ -141,6 +151,7 @@ class RunControl:
             self.steps += steps
             self.returns[agent_id].append(episode_return)
             self.lengths[agent_id].append(steps)
+            self.episodes_by_agent[agent_id] = self.episodes_by_agent.get(agent_id, 0) + 1
         if self.budget_reached():
             self._stop.set()
 

@@ -284,9 +284,11 @@ class Trainer:
         per_agent = len(control.returns) <= self.config.per_agent_limit
         for agent_id, rs in control.returns.items():
             seen = self._seen_returns.get(agent_id, 0)
-            if len(rs) > seen:
-                new_returns.extend(rs[seen:])
-                self._seen_returns[agent_id] = len(rs)
+            done = control.episodes_by_agent.get(agent_id, len(rs))
+            if done > seen:
+                # ``rs`` keeps the last ManagerConfig.episode_history episodes at most.
+                new_returns.extend(list(rs)[-min(done - seen, len(rs)) :])
+                self._seen_returns[agent_id] = done
                 if per_agent:
                     out[f"agents/{agent_id}/return"] = float(rs[-1])
         if new_returns:
