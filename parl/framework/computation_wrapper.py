@@ -463,16 +463,7 @@ class ComputationWrapper:
         Requests asking for exploration and for greedy actions are served in
         two calls. A task exception goes to every agent of the batch.
         """
-        if not items:
-            return
-        explore = items[0][1].explore
-        if all(item[1].explore == explore for item in items):
-            self._serve_prediction_group(items, explore)
-            return
-        groups: dict[bool, list[PredictItem]] = {}
-        for item in items:
-            groups.setdefault(item[1].explore, []).append(item)
-        for explore, group in groups.items():
+        for explore, group in explore_groups(items):
             self._serve_prediction_group(group, explore)
 
     def _reject_nonfinite(self, items: Sequence[PredictItem]) -> list[PredictItem]:
@@ -528,6 +519,20 @@ class ComputationWrapper:
             self.last_metrics = dict(result.metrics)
         for i, (comm, _) in enumerate(items):
             comm.put_training_return(LearnResult(per_sample=per_agent[i], metrics=dict(result.metrics)))
+
+
+def explore_groups(items: Sequence[PredictItem]) -> list[tuple[bool, Sequence[PredictItem]]]:
+    """``items`` grouped by their explore flag, in order of first appearance; one group (the items
+    themselves, no copy) in the common round where every request asks the same."""
+    if not items:
+        return []
+    explore = items[0][1].explore
+    if all(item[1].explore == explore for item in items):
+        return [(explore, items)]
+    groups: dict[bool, list[PredictItem]] = {}
+    for item in items:
+        groups.setdefault(item[1].explore, []).append(item)
+    return list(groups.items())
 
 
 def pack_requests(requests: Sequence[PredictRequest]) -> tuple[dict[str, np.ndarray], list[int]]:

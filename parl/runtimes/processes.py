@@ -59,6 +59,7 @@ from parl.framework.computation_wrapper import (
     ComputationWrapper,
     WrapperConfig,
     answer_predictions,
+    explore_groups,
     pack_requests,
 )
 from parl.framework.errors import HelperStateError, RunStopped, WrapperError
@@ -259,13 +260,7 @@ class _RemoteWrapper:
 
     def serve_predictions(self, items: Sequence[tuple[Communicator, PredictRequest]]) -> None:
         self.stopping = self.msg.stop_event.is_set()
-        if items and all(item[1].explore == items[0][1].explore for item in items):
-            self._serve(items, items[0][1].explore)
-            return
-        groups: dict[bool, list[tuple[Communicator, PredictRequest]]] = {}
-        for item in items:
-            groups.setdefault(item[1].explore, []).append(item)
-        for explore, group in groups.items():
+        for explore, group in explore_groups(items):
             self._serve(group, explore)
 
     def _serve(self, items: Sequence[tuple[Communicator, PredictRequest]], explore: bool) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -90,13 +90,8 @@ class EvalStopper:
             return True
         return False
 
-    @contextlib.contextmanager
-    def _frozen(self) -> Iterator[None]:
-        if self.task is None:
-            yield
-            return
-        with self.task.algorithm.model.learn_lock:
-            yield
+    def _frozen(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext() if self.task is None else self.task.algorithm.model.learn_lock
 
     def restore_solved(self) -> bool:
         """Put the task's algorithm back in its state at the solving evaluation (call after the run).
