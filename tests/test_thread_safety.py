@@ -116,13 +116,29 @@ def _batch(n: int = 4) -> parl.TrainingBatch:
 _OBS = {"obs": np.zeros((3, 2), np.float32)}
 
 
-def _predict_while(writer: Callable[[], None], predict: Callable[[], parl.Prediction]) -> list[tuple[float, float]]:
-    """Run ``writer`` in a thread and predict until it is done; return the (lo, hi) of every prediction."""
+def _predict_while(
+    writer: Callable[[Callable[[], None]], None], predict: Callable[[], parl.Prediction]
+) -> list[tuple[float, float]]:
+    """Run ``writer`` in a thread and predict until it is done; return the (lo, hi) of every prediction.
+
+    ``writer`` is handed ``await_prediction``: a call that blocks until one more prediction has
+    finished, so a writer that uses it between its writes is sure to be interleaved with
+    predictions however the two threads are scheduled (a fast writer could otherwise finish all
+    its writes before the predicting thread got the lock once).
+    """
     errors: list[BaseException] = []
+    finished = threading.Condition()
+    count = [0]
+
+    def await_prediction() -> None:
+        with finished:
+            target = count[0] + 1
+            if not finished.wait_for(lambda: count[0] >= target, timeout=10.0):
+                raise TimeoutError("no prediction finished within 10 s of a write")
 
     def run() -> None:
         try:
-            writer()
+            writer(await_prediction)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
             errors.append(exc)
 
@@ -132,6 +148,9 @@ def _predict_while(writer: Callable[[], None], predict: Callable[[], parl.Predic
     while thread.is_alive():
         pred = predict()
         seen.extend(zip(pred.extras["lo"].tolist(), pred.extras["hi"].tolist()))
+        with finished:
+            count[0] += 1
+            finished.notify_all()
         time.sleep(0.001)  # leave the writer a chance at the lock
     thread.join()
     if errors:
@@ -152,9 +171,10 @@ def test_predict_during_learn_never_sees_a_half_applied_optimizer_step() -> None
     task = parl.ComputationTask("RL", algo)
     batch = _batch()
 
-    def learner() -> None:
+    def learner(await_prediction: Callable[[], None]) -> None:
         for _ in range(15):
             task.learn(batch)
+            await_prediction()
 
     seen = _predict_while(learner, lambda: task.predict(_OBS))
     _assert_whole_versions(seen, min_versions=4)
@@ -165,7 +185,7 @@ def test_the_detector_sees_a_mix_when_a_writer_bypasses_the_lock() -> None:
     algo = VersionedAlgorithm()
     task = parl.ComputationTask("RL", algo)
 
-    def unlocked_writer() -> None:
+    def unlocked_writer(await_prediction: Callable[[], None]) -> None:
         for _ in range(15):
             algo.slow.step()  # not through apply_gradients: no param_lock
 
@@ -180,10 +200,10 @@ def test_predict_during_sync_params_to_sees_one_version() -> None:
         set_version(source, float(version))
     target = task.algorithm.model
 
-    def syncer() -> None:
-        for k in range(150):
+    def syncer(await_prediction: Callable[[], None]) -> None:
+        for k in range(40):
             sources[k % 2].sync_params_to(target, decay=0.0)
-            time.sleep(0.001)
+            await_prediction()
 
     seen = _predict_while(syncer, lambda: task.predict(_OBS))
     _assert_whole_versions(seen, min_versions=2)
@@ -198,9 +218,10 @@ def test_predict_during_load_sees_one_version(tmp_path) -> None:  # type: ignore
         task.save(path)
         paths.append(path)
 
-    def loader() -> None:
+    def loader(await_prediction: Callable[[], None]) -> None:
         for k in range(30):
             task.load(paths[k % 2])
+            await_prediction()
 
     seen = _predict_while(loader, lambda: task.predict(_OBS))
     _assert_whole_versions(seen, min_versions=2)
