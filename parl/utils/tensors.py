@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import paddle
@@ -17,7 +18,10 @@ class TensorStaging:
     Creating a tensor from a numpy array (``paddle.to_tensor`` or the Tensor constructor) keeps
     about half a KiB that is never freed in Paddle 3.3: an agent group that predicts and learns
     all the time grew by megabytes a minute from this alone. A staging tensor per (slot, shape,
-    dtype) is created once and refilled with ``set_value``, which copies and keeps nothing. One
+    dtype) is created once and refilled in place, which copies and keeps nothing (on the CPU
+    through the tensor's own buffer, ``DenseTensor.set``: about 0.8 µs for a small array against
+    4 µs for ``set_value``, whose Python wrapper checks and dispatches; elsewhere with
+    ``set_value``). One
     cache per thread, so that a prediction and a learning call running at once never share a
     tensor. Batch sizes vary (the agents waiting in a round, merged training requests), so a
     cache holds many shapes: up to ``limit_bytes`` of tensors per thread, the least recently
@@ -47,11 +51,14 @@ class TensorStaging:
         key = (slot, arr.shape, arr.dtype.str)
         entry = cache.pop(key, None)
         if entry is None:
-            entry = (paddle.to_tensor(arr), arr.nbytes)
+            tensor = paddle.to_tensor(arr)
+            entry = (tensor, arr.nbytes, tensor.get_tensor() if tensor.place.is_cpu_place() else None)
             local.nbytes += arr.nbytes
             while cache and local.nbytes > self.limit_bytes:
-                _, (_, size) = _pop_oldest(cache)
+                _, (_, size, _) = _pop_oldest(cache)
                 local.nbytes -= size
+        elif entry[2] is not None:
+            entry[2].set(arr, _CPU)
         else:
             entry[0].set_value(arr)
         cache[key] = entry  # most recently used last
@@ -63,7 +70,9 @@ class TensorStaging:
 
 
 _Key = tuple[str, tuple[int, ...], str]
-_Entry = tuple[paddle.Tensor, int]
+# The tensor, its size in bytes, and its buffer when it lives on the CPU (refilled directly).
+_Entry = tuple[paddle.Tensor, int, Any]
+_CPU = paddle.CPUPlace()
 
 
 def _pop_oldest(cache: dict[_Key, _Entry]) -> tuple[_Key, _Entry]:
