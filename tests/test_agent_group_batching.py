@@ -301,7 +301,7 @@ def test_training_does_not_wait_once_the_minimum_is_reached() -> None:
         start = time.monotonic()
         comm.put_training_data(make_batch(_rows(0, 3), np.zeros(3)))
         result = comm.get_training_return()
-        assert time.monotonic() - start < 2.0
+        assert time.monotonic() - start < 10.0  # not the 30 s wait (a bound on speed only: generous)
     finally:
         wrapper.stop()
     np.testing.assert_array_equal(result.per_sample["obs_echo"], _rows(0, 3))

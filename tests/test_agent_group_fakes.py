@@ -204,6 +204,20 @@ def counter_envs(length: int = 10, end: str = "terminated", **kw: Any) -> Callab
     return lambda i: CounterEnv(tag=i, length=length, end=end, **kw)
 
 
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0, poll_s: float = 0.01) -> bool:
+    """Poll ``condition`` until it holds or ``timeout_s`` has passed; return whether it held.
+
+    Tests wait with this for the state they need (a run under way, a call started) instead of
+    sleeping a guessed time, which a loaded machine can overrun.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
 def live_threads() -> set[threading.Thread]:
     return set(threading.enumerate())
 

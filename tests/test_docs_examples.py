@@ -74,7 +74,7 @@ def test_doc_example_runs(doc: Path, code: str, capsys: pytest.CaptureFixture[st
     exec(compile(code, str(doc), "exec"), namespace)
     capsys.readouterr()  # the examples print to show results; what matters is that their asserts hold
     # An example that runs agents leaves no thread behind.
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline and set(threading.enumerate()) - before:
         time.sleep(0.05)
     assert not {t.name for t in set(threading.enumerate()) - before}
@@ -117,7 +117,13 @@ def getting_started_dir(tmp_path: Path) -> Path:
 def test_getting_started_train_then_evaluate(getting_started_dir: Path) -> None:
     """`python train_cartpole.py <budget>` then `python evaluate.py`, with a budget of one evaluation."""
     out = _run_script(getting_started_dir, "train_cartpole.py", "5200")
-    assert "5200 env steps" in out and "mean prediction batch" in out
+    # The whole budget, unless the evaluation at 5,000 steps solved CartPole and ended the run there
+    # (the script seeds nothing, and PPO sometimes scores 475+ that early).
+    ran = re.search(r"(\d+) env steps, \d+ episodes in \d+ s; solved: (True|False)", out)
+    assert ran is not None, out
+    steps, solved = int(ran.group(1)), ran.group(2) == "True"
+    assert steps == 5200 or (solved and 5000 <= steps <= 5200), out
+    assert "mean prediction batch" in out
     greedy = re.search(r"greedy return over 20 episodes: (\S+)", out)
     assert greedy is not None and math.isfinite(float(greedy.group(1)))
     run = getting_started_dir / "runs" / "my_cartpole"

@@ -45,7 +45,10 @@ def _learning_during_evaluation(freeze: bool) -> bool:
     def evaluate() -> np.ndarray:
         learner = threading.Thread(target=task.learn, args=(_batch(),))
         learner.start()
-        learner.join(1.0)
+        # A frozen task holds the call for the whole evaluation, so a second shows it waits (unfrozen,
+        # it ends in milliseconds). Unfrozen, the call must end inside the evaluation: give it time
+        # enough on a loaded machine.
+        learner.join(1.0 if freeze else 30.0)
         done_inside.append(not learner.is_alive())
         evaluate.learner = learner  # type: ignore[attr-defined]
         return np.array([0.0])
