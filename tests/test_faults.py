@@ -125,6 +125,30 @@ def test_guarded_env_in_a_process_reports_the_remote_error() -> None:
     assert mp.active_children() == []
 
 
+def test_an_env_host_ends_when_its_parent_closes_the_pipe_or_is_already_gone() -> None:
+    from parl.envs.guarded import _EnvProcess, _host_main
+
+    # A forked host does not keep the parent's end of the pipe: when the parent's end closes
+    # (the parent died without saying "close"), the host sees EOF and ends.
+    host = _EnvProcess(lambda: CounterEnv(), "fork", timeout=10.0)
+    host.conn.close()
+    host.process.join(10.0)
+    assert host.process.exitcode == 0
+    # A host whose parent died before it asked to die with it (it was re-parented) ends at once,
+    # without building its env.
+    built: list[int] = []
+    ctx = mp.get_context("fork")
+    mine, theirs = ctx.Pipe(duplex=True)
+    orphan = ctx.Process(target=_host_main, args=(lambda: built.append(1) or CounterEnv(), theirs, -1, mine))
+    orphan.start()
+    theirs.close()
+    orphan.join(10.0)
+    assert orphan.exitcode == 0
+    with pytest.raises(EOFError):  # it sent nothing (no env was built) and closed its end
+        mine.recv()
+    mine.close()
+
+
 def test_an_env_that_cannot_be_built_fails_with_the_limit_error() -> None:
     def broken() -> CounterEnv:
         raise OSError("simulator licence expired")

@@ -32,6 +32,7 @@ import ctypes
 import logging
 import multiprocessing as mp
 import multiprocessing.connection as mpc
+import os
 import signal
 import sys
 import traceback
@@ -54,16 +55,30 @@ class _RemoteFailure(Exception):
     """An env call raised in the env's process; carries the remote traceback."""
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent dies (no orphaned, hung envs)."""
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to kill this process when its parent dies (no orphaned, hung envs).
+
+    A parent that died before the request took effect is not signalled: then this process has
+    been re-parented already, and it ends at once.
+    """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:
+        os._exit(0)
 
 
-def _host_main(make_env: Callable[[], Any], conn: mpc.Connection) -> None:
-    """Body of an env host process: build the env, then answer ``(method, args)`` calls."""
-    _die_with_parent()
+def _host_main(
+    make_env: Callable[[], Any], conn: mpc.Connection, parent_pid: int, parent_end: mpc.Connection | None = None
+) -> None:
+    """Body of an env host process: build the env, then answer ``(method, args)`` calls.
+
+    ``parent_end`` is the parent's end of the pipe, inherited by a forked host: closed here, so
+    that the host sees EOF when its parent goes away instead of holding the pipe open itself.
+    """
+    _die_with_parent(parent_pid)
+    if parent_end is not None:
+        parent_end.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this process ends
     env: Any = None
     try:
@@ -99,7 +114,10 @@ class _EnvProcess:
     def __init__(self, make_env: Callable[[], Any], start_method: str, timeout: float | None) -> None:
         ctx: Any = mp.get_context(start_method)
         self.conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_host_main, args=(make_env, child), name="parl-env", daemon=True)
+        inherited = self.conn if start_method == "fork" else None  # a spawned host gets no copy of it
+        self.process = ctx.Process(
+            target=_host_main, args=(make_env, child, os.getpid(), inherited), name="parl-env", daemon=True
+        )
         self.process.start()
         child.close()
         try:
