@@ -603,12 +603,6 @@ def _worker_main(
 # --------------------------------------------------------------------------- learner side
 
 
-_Buffers = list[tuple["_SharedArrays", "_SharedArrays"]]
-"""One worker's (request, reply) shared arrays, per task."""
-_Request = tuple[_Buffers, Any, tuple[Any, ...]]
-"""A prediction request as the server reads it: the worker's buffers, its connection, the message."""
-
-
 class _PredictionServer:
     """The learner's one thread that answers the prediction requests of every worker.
 
@@ -621,14 +615,12 @@ class _PredictionServer:
 
         server = _PredictionServer(runtime.tasks, runtime.wrappers)
         server.start()
-        server.add(link.pred_conn, link.buffers)   # when a worker (re)starts
+        server.add(link.pred_conn, link)      # when a worker (re)starts
         server.remove(link.pred_conn)         # before its connection is closed
         server.close()
 
     A worker that dies leaves an EOF on its pipe: the server drops the connection (the link's
-    own thread reports the death). Each connection is served with the shared buffers it was
-    registered with, so a request of a dead worker still in the pipe never touches the buffers
-    of its replacement. Serving errors (in the task, or reading a buffer) go back to
+    own thread reports the death). Serving errors (in the task, or reading a buffer) go back to
     every worker of the call as an "error" reply.
     """
 
@@ -643,7 +635,7 @@ class _PredictionServer:
         self.on_failure = on_failure
         """Called with the error and traceback if the server itself fails (the run then ends)."""
         self._lock = threading.Lock()
-        self._conns: dict[Any, _Buffers] = {}
+        self._conns: dict[Any, _WorkerLink] = {}
         # Written to when the set of connections changes, so that a wait in progress sees the change.
         self._wake_r, self._wake_w = mp.Pipe(duplex=False)
         self._closing = False
@@ -653,16 +645,15 @@ class _PredictionServer:
         self.thread = threading.Thread(target=self._run, name="parl-prediction-server", daemon=True)
         self.thread.start()
 
-    def add(self, conn: Any, buffers: _Buffers) -> None:
-        """Serve the requests arriving on ``conn`` (a worker's prediction pipe; ``buffers``: its
-        (request, reply) shared arrays per task, empty for a worker without shared memory).
+    def add(self, conn: Any, link: _WorkerLink) -> None:
+        """Serve the requests arriving on ``conn`` (a worker's prediction pipe).
 
         After :meth:`close` (a worker that came up after the run stopped) the pipe is closed at
         once: the worker's requests fail as with a learner that is gone, and it stops.
         """
         with self._lock:
             if not self._closing:
-                self._conns[conn] = buffers
+                self._conns[conn] = link
                 conn = None
         if conn is not None:
             conn.close()
@@ -714,7 +705,7 @@ class _PredictionServer:
                     for conn in [c for c in self._conns if c.closed]:
                         del self._conns[conn]
                 continue
-            requests: list[_Request] = []
+            requests: list[tuple[_WorkerLink, Any, tuple[Any, ...]]] = []
             for ready_conn in ready:
                 if ready_conn is self._wake_r:
                     while self._wake_r.poll():
@@ -728,20 +719,22 @@ class _PredictionServer:
             if requests:
                 self.serve(requests)
 
-    def serve(self, requests: Sequence[_Request]) -> None:
-        """Answer ``requests`` (buffers, connection, message), one ``task.predict`` per (task, explore)."""
-        groups: dict[tuple[int, bool], list[_Request]] = {}
+    def serve(self, requests: Sequence[tuple[_WorkerLink, Any, tuple[Any, ...]]]) -> None:
+        """Answer ``requests`` (link, connection, message), one ``task.predict`` per (task, explore)."""
+        groups: dict[tuple[int, bool], list[tuple[_WorkerLink, Any, tuple[Any, ...]]]] = {}
         for request in requests:
             task_index, _, explore = request[2][:3]
             groups.setdefault((task_index, bool(explore)), []).append(request)
         for (task_index, explore), group in groups.items():
             self._serve_group(task_index, explore, group)
 
-    def _serve_group(self, task_index: int, explore: bool, group: list[_Request]) -> None:
+    def _serve_group(
+        self, task_index: int, explore: bool, group: list[tuple[_WorkerLink, Any, tuple[Any, ...]]]
+    ) -> None:
         task = self.tasks[task_index]
         offsets = [0]
         try:
-            parts = [_request_arrays(buffers, task_index, msg) for buffers, _, msg in group]
+            parts = [_request_arrays(link, task_index, msg) for link, _, msg in group]
             for _, _, msg in group:
                 offsets.append(offsets[-1] + int(msg[1]))
             inputs, states = _concat([p[0] for p in parts]), _concat([p[1] for p in parts])
@@ -758,14 +751,14 @@ class _PredictionServer:
         wrapper = self.wrappers[task_index]
         with wrapper._stats_lock:
             wrapper.prediction_stats.record(len(group), offsets[-1])
-        for i, (buffers, conn, msg) in enumerate(group):
+        for i, (link, conn, msg) in enumerate(group):
             lo, hi = offsets[i], offsets[i + 1]
             rows = {k: v[lo:hi] for k, v in out.items()} if len(group) > 1 else out
             if len(msg) == 5:  # the arrays came in the message: the answer goes back in the reply
                 _send_reply(conn, ("ok", rows))
                 continue
             try:
-                buffers[task_index][1].write(rows, hi - lo)
+                link.buffers[task_index][1].write(rows, hi - lo)
             except Exception as exc:  # noqa: BLE001 - the worker's buffers went with it (it died)
                 _send_reply(conn, ("error", (_picklable(exc), traceback.format_exc())))
                 continue
@@ -773,7 +766,7 @@ class _PredictionServer:
 
 
 def _request_arrays(
-    buffers: _Buffers, task_index: int, msg: tuple[Any, ...]
+    link: _WorkerLink, task_index: int, msg: tuple[Any, ...]
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The inputs and states of one worker's request: from the message, or views of its shared buffer.
 
@@ -781,7 +774,7 @@ def _request_arrays(
     """
     if len(msg) == 5:
         return msg[3], msg[4]
-    data = buffers[task_index][0].read(int(msg[1]), copy=False)
+    data = link.buffers[task_index][0].read(int(msg[1]), copy=False)
     inputs = {k[3:]: v for k, v in data.items() if k.startswith("in.")}
     states = {k[3:]: v for k, v in data.items() if k.startswith("st.")}
     return inputs, states
@@ -880,7 +873,7 @@ class _WorkerLink:
             self.exited = False
             self.said_goodbye = False
             self.pred_conn, self.msg_conn = self._launch()
-            self.runtime.prediction_server.add(self.pred_conn, self.buffers)
+            self.runtime.prediction_server.add(self.pred_conn, self)
             with self._replies_lock:
                 self.ready = True
             self.thread = threading.Thread(target=self._serve, name=f"parl-link-{self.index}", daemon=True)
