@@ -3,12 +3,9 @@
 Each worker process hosts many agents as greenlets (a :class:`Hub`). When no
 agent of a worker can run, the worker packs all its pending predictions of a
 task into one batch, writes it into shared memory and sends one short message
-to the learner. One thread of the learner (:class:`_PredictionServer`) waits
-on every worker's pipe; the requests of all workers that are waiting together
-are served together, with one ``task.predict`` per task over all their rows,
-and each worker gets its actions back in its shared memory. Per round of N/P
-agents that is one pipe round trip per worker, no pickling of arrays, and with
-several workers fewer, larger forward passes. Training data (less frequent)
+to the learner; the learner runs one ``task.predict`` on that batch and
+writes the actions back into shared memory. Per round of N/P agents that is
+one pipe round trip and no pickling of arrays. Training data (less frequent)
 travels pickled over a second pipe into the task's ComputationWrapper, and
 learning results come back the same way.
 
@@ -16,10 +13,8 @@ learning results come back the same way.
 
     learner process                               worker process k (agents k, k+P, ...)
     ComputationWrapper(training loop)  <-- learn --  AgentHelper.learn()
-    _PredictionServer thread: <-- 1 msg/round/worker -- Hub: pack pending predictions
-      one predict over all waiting workers' rows (shm)
-      actions -> each worker's shm --> reply --> agents resume with their rows
-    _WorkerLink thread per worker: learn requests, episodes, failures, process exit
+    _WorkerLink thread: predict(shm) <-- 1 msg/round -- Hub: pack pending predictions
+                        actions -> shm --> reply --> agents resume with their rows
 
 A worker that dies (killed from outside, crashed env library) is detected by
 its link within a poll interval and reported as a failure of its agents, or
@@ -37,7 +32,6 @@ those of the last checkpoint saved during the run.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import multiprocessing as mp
@@ -603,197 +597,6 @@ def _worker_main(
 # --------------------------------------------------------------------------- learner side
 
 
-class _PredictionServer:
-    """The learner's one thread that answers the prediction requests of every worker.
-
-    Each worker sends one short message per round (task, rows, explore; the arrays are in its
-    shared memory, or in the message for a worker without shared memory, e.g. a Ray actor). The
-    server waits on all workers' pipes at once and serves what is waiting *together*: per task
-    and explore flag one ``task.predict`` over the rows of all those workers, then each worker's
-    rows go back to it. With P workers a round of all of them costs one forward instead of P, and
-    no two learner threads contend for the GIL and the caches over small forwards::
-
-        server = _PredictionServer(runtime.tasks, runtime.wrappers)
-        server.start()
-        server.add(link.pred_conn, link)      # when a worker (re)starts
-        server.remove(link.pred_conn)         # before its connection is closed
-        server.close()
-
-    A worker that dies leaves an EOF on its pipe: the server drops the connection (the link's
-    own thread reports the death). Serving errors (in the task, or reading a buffer) go back to
-    every worker of the call as an "error" reply.
-    """
-
-    def __init__(
-        self,
-        tasks: Sequence[ComputationTask],
-        wrappers: Sequence[ComputationWrapper],
-        on_failure: Callable[[BaseException, str], Any] | None = None,
-    ) -> None:
-        self.tasks = list(tasks)
-        self.wrappers = list(wrappers)
-        self.on_failure = on_failure
-        """Called with the error and traceback if the server itself fails (the run then ends)."""
-        self._lock = threading.Lock()
-        self._conns: dict[Any, _WorkerLink] = {}
-        # Written to when the set of connections changes, so that a wait in progress sees the change.
-        self._wake_r, self._wake_w = mp.Pipe(duplex=False)
-        self._closing = False
-        self.thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self.thread = threading.Thread(target=self._run, name="parl-prediction-server", daemon=True)
-        self.thread.start()
-
-    def add(self, conn: Any, link: _WorkerLink) -> None:
-        """Serve the requests arriving on ``conn`` (a worker's prediction pipe).
-
-        After :meth:`close` (a worker that came up after the run stopped) the pipe is closed at
-        once: the worker's requests fail as with a learner that is gone, and it stops.
-        """
-        with self._lock:
-            if not self._closing:
-                self._conns[conn] = link
-                conn = None
-        if conn is not None:
-            conn.close()
-            return
-        self._wake()
-
-    def remove(self, conn: Any) -> None:
-        """Stop serving ``conn``; call before closing it."""
-        with self._lock:
-            self._conns.pop(conn, None)
-        self._wake()
-
-    def close(self, timeout: float = 2.0) -> None:
-        self._closing = True
-        self._wake()
-        if self.thread is not None:
-            self.thread.join(timeout)
-        self._wake_r.close()
-        self._wake_w.close()
-
-    def _wake(self) -> None:
-        if self.thread is None or not self.thread.is_alive():
-            return  # nobody waits (and nobody would drain the pipe)
-        with contextlib.suppress(OSError):  # closed: the server is closing
-            self._wake_w.send_bytes(b"w")
-
-    def _run(self) -> None:
-        try:
-            self._loop()
-        except BaseException as exc:  # noqa: BLE001 - must end the run, not leave workers waiting forever
-            logger.error("the prediction server of the process runtime failed", exc_info=True)
-            if self.on_failure is not None:
-                self.on_failure(exc, traceback.format_exc())
-            # Workers waiting for a reply see the learner gone (EOF) instead of waiting forever.
-            with self._lock:
-                conns, self._conns = list(self._conns), {}
-            for conn in conns:
-                conn.close()
-
-    def _loop(self) -> None:
-        while not self._closing:
-            with self._lock:
-                conns = dict(self._conns)
-            try:
-                ready = mpc.wait([self._wake_r, *conns], timeout=0.05)
-            except (OSError, ValueError):
-                # A connection was closed while waited on; the next round no longer has it.
-                with self._lock:
-                    for conn in [c for c in self._conns if c.closed]:
-                        del self._conns[conn]
-                continue
-            requests: list[tuple[_WorkerLink, Any, tuple[Any, ...]]] = []
-            for ready_conn in ready:
-                if ready_conn is self._wake_r:
-                    while self._wake_r.poll():
-                        self._wake_r.recv_bytes()
-                    continue
-                pipe: Any = ready_conn
-                try:
-                    requests.append((conns[pipe], pipe, pipe.recv()))
-                except (EOFError, OSError):
-                    self.remove(pipe)  # the worker is gone; its link's thread reports it
-            if requests:
-                self.serve(requests)
-
-    def serve(self, requests: Sequence[tuple[_WorkerLink, Any, tuple[Any, ...]]]) -> None:
-        """Answer ``requests`` (link, connection, message), one ``task.predict`` per (task, explore)."""
-        groups: dict[tuple[int, bool], list[tuple[_WorkerLink, Any, tuple[Any, ...]]]] = {}
-        for request in requests:
-            task_index, _, explore = request[2][:3]
-            groups.setdefault((task_index, bool(explore)), []).append(request)
-        for (task_index, explore), group in groups.items():
-            self._serve_group(task_index, explore, group)
-
-    def _serve_group(
-        self, task_index: int, explore: bool, group: list[tuple[_WorkerLink, Any, tuple[Any, ...]]]
-    ) -> None:
-        task = self.tasks[task_index]
-        offsets = [0]
-        try:
-            parts = [_request_arrays(link, task_index, msg) for link, _, msg in group]
-            for _, _, msg in group:
-                offsets.append(offsets[-1] + int(msg[1]))
-            inputs, states = _concat([p[0] for p in parts]), _concat([p[1] for p in parts])
-            pred = task.predict(inputs, states if task.state_specs else None, explore=explore, check=False)
-            extra_names = {s.name for s in task.extra_predict_specs}
-            out = {f"act.{k}": v for k, v in pred.actions.items()}
-            out.update({f"st.{k}": v for k, v in pred.states.items()})
-            out.update({f"ex.{k}": v for k, v in pred.extras.items() if k in extra_names})
-        except Exception as exc:  # noqa: BLE001 - delivered to the workers' agents
-            reply = ("error", (_picklable(exc), traceback.format_exc()))
-            for _, conn, _ in group:
-                _send_reply(conn, reply)
-            return
-        wrapper = self.wrappers[task_index]
-        with wrapper._stats_lock:
-            wrapper.prediction_stats.record(len(group), offsets[-1])
-        for i, (link, conn, msg) in enumerate(group):
-            lo, hi = offsets[i], offsets[i + 1]
-            rows = {k: v[lo:hi] for k, v in out.items()} if len(group) > 1 else out
-            if len(msg) == 5:  # the arrays came in the message: the answer goes back in the reply
-                _send_reply(conn, ("ok", rows))
-                continue
-            try:
-                link.buffers[task_index][1].write(rows, hi - lo)
-            except Exception as exc:  # noqa: BLE001 - the worker's buffers went with it (it died)
-                _send_reply(conn, ("error", (_picklable(exc), traceback.format_exc())))
-                continue
-            _send_reply(conn, ("ok", None))
-
-
-def _request_arrays(
-    link: _WorkerLink, task_index: int, msg: tuple[Any, ...]
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The inputs and states of one worker's request: from the message, or views of its shared buffer.
-
-    Views are safe to use until the reply: the worker waits for it before writing its next request.
-    """
-    if len(msg) == 5:
-        return msg[3], msg[4]
-    data = link.buffers[task_index][0].read(int(msg[1]), copy=False)
-    inputs = {k[3:]: v for k, v in data.items() if k.startswith("in.")}
-    states = {k[3:]: v for k, v in data.items() if k.startswith("st.")}
-    return inputs, states
-
-
-def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """The fields of ``parts`` joined along the rows (the one part itself when there is one)."""
-    if len(parts) == 1:
-        return parts[0]
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
-def _send_reply(conn: Any, reply: tuple[str, Any]) -> None:
-    try:
-        conn.send(reply)
-    except (OSError, EOFError, BrokenPipeError):
-        logger.debug("a worker went away before its prediction reply")
-
-
 class _ProxyComm:
     """Learner-side stand-in for a remote agent's communicator: sends learn results back."""
 
@@ -873,7 +676,6 @@ class _WorkerLink:
             self.exited = False
             self.said_goodbye = False
             self.pred_conn, self.msg_conn = self._launch()
-            self.runtime.prediction_server.add(self.pred_conn, self)
             with self._replies_lock:
                 self.ready = True
             self.thread = threading.Thread(target=self._serve, name=f"parl-link-{self.index}", daemon=True)
@@ -968,27 +770,44 @@ class _WorkerLink:
                 logger.debug("worker %d is gone; dropped %s", self.index, msg[0])
 
     def _serve(self) -> None:
-        """Handle the worker's messages until it exits (its predictions go to the prediction server)."""
-        conns = [self.msg_conn]
+        conns = [self.pred_conn, self.msg_conn]
         sentinels = self._sentinels()
         try:
             while not self.exited:
                 ready = mpc.wait(conns + sentinels, timeout=0.05)
+                if self.pred_conn in ready:
+                    self._predict(self.pred_conn.recv())
                 if self.msg_conn in ready:
                     self._message(self.msg_conn.recv())
-                if any(x in ready for x in sentinels) and not self.msg_conn.poll():
+                if any(x in ready for x in sentinels) and not self.pred_conn.poll() and not self.msg_conn.poll():
                     break
         except (EOFError, OSError):
             pass
         finally:
             self._on_exit()
 
-    def release_pred_conn(self) -> None:
-        """Take the prediction pipe off the server and close it."""
-        conn = getattr(self, "pred_conn", None)
-        if conn is not None:
-            self.runtime.prediction_server.remove(conn)
-            conn.close()
+    def _predict(self, msg: tuple[Any, ...]) -> None:
+        task_index, rows, explore = msg[:3]
+        task = self.runtime.tasks[task_index]
+        inline = len(msg) == 5  # the arrays came in the message (no shared memory with this worker)
+        try:
+            if inline:
+                inputs, states = msg[3], msg[4]
+            else:
+                data = self.buffers[task_index][0].read(rows, copy=True)
+                inputs = {k[3:]: v for k, v in data.items() if k.startswith("in.")}
+                states = {k[3:]: v for k, v in data.items() if k.startswith("st.")}
+            pred = task.predict(inputs, states if task.state_specs else None, explore=explore, check=False)
+            extra_names = {s.name for s in task.extra_predict_specs}
+            out = {f"act.{k}": v for k, v in pred.actions.items()}
+            out.update({f"st.{k}": v for k, v in pred.states.items()})
+            out.update({f"ex.{k}": v for k, v in pred.extras.items() if k in extra_names})
+            if not inline:
+                self.buffers[task_index][1].write(out, rows)
+            self.runtime.wrappers[task_index].prediction_stats.record(1, rows)
+            self.pred_conn.send(("ok", out if inline else None))
+        except Exception as exc:  # noqa: BLE001 - delivered to the worker's agents
+            self.pred_conn.send(("error", (_picklable(exc), traceback.format_exc())))
 
     def _message(self, msg: Any) -> None:
         kind = msg[0]
@@ -1049,13 +868,12 @@ class _WorkerLink:
                     ended = False
         if self.thread is not None:
             self.thread.join(0.5)
-        self.release_pred_conn()
         for req, rep in self.buffers:
             req.close()
             rep.close()
-        msg_conn = getattr(self, "msg_conn", None)
-        if msg_conn is not None:
-            msg_conn.close()
+        for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
+            if conn is not None:
+                conn.close()
         return ended
 
 
@@ -1097,14 +915,6 @@ class ProcessRuntime:
         :meth:`start_remote` (a resumed run's checkpoint), replaced by :meth:`remember_helper_states`
         after each checkpoint of the run (kept only when workers may restart)."""
         self._requests = 0
-        self._server: _PredictionServer | None = None
-
-    @property
-    def prediction_server(self) -> _PredictionServer:
-        """The thread answering the workers' prediction requests (exists from :meth:`start_remote`)."""
-        if self._server is None:
-            raise RuntimeError("the runtime has not started: no prediction server yet")
-        return self._server
 
     def helper_states_for(self, agent_ids: Sequence[int]) -> AgentHelperStates:
         """The helper states of ``agent_ids`` a (re)starting worker builds its agents with."""
@@ -1172,13 +982,6 @@ class ProcessRuntime:
         self.specs = spec.tasks
         self.stopping = False
         self.stop_event = self._make_stop_event()
-        self._server = _PredictionServer(
-            self.tasks,
-            self.wrappers,
-            # Reported like a failed hub: no single agent is at fault.
-            lambda exc, tb: control.agent_failed(-1, exc, tb, restartable=False),
-        )
-        self._server.start()
         workers = min(self.num_workers, num_agents)
         for w in range(workers):
             ids = [a for a in range(num_agents) if a % workers == w]
@@ -1249,11 +1052,6 @@ class ProcessRuntime:
         for link in self.links:
             if not link.close(max(0.05, deadline - time.monotonic())):
                 leaked.append(f"parl-worker-{link.index} (killed)")
-        # After the workers: one that was waiting for a prediction when the stop came gets its answer.
-        if self._server is not None:
-            self._server.close()
-            if self._server.thread is not None and self._server.thread.is_alive():
-                leaked.append("parl-prediction-server")
         return leaked
 
 

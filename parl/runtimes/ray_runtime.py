@@ -313,10 +313,9 @@ class _RayLink(_WorkerLink):
                 ray.wait([self.run_ref], timeout=max(0.5, deadline - time.monotonic()))
             except Exception:  # noqa: BLE001 - already gone
                 logger.debug("killing the actor of worker %d failed", self.index, exc_info=True)
-        self.release_pred_conn()
-        msg_conn = getattr(self, "msg_conn", None)
-        if msg_conn is not None:
-            msg_conn.close()
+        for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
+            if conn is not None:
+                conn.close()
         return ended
 
     def kill_actor(self) -> None:
