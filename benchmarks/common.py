@@ -83,6 +83,18 @@ def rss_mb() -> float:
     return float("nan")
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` and all its threads so far (from /proc; NaN elsewhere)."""
+    import os
+
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     import os

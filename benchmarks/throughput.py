@@ -12,6 +12,7 @@ the throughput section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import os
 import resource
 import time
@@ -24,7 +25,15 @@ import numpy as np
 import paddle
 
 import parl
-from benchmarks.common import GreedyPolicy, MLPPolicy, WideObsEnv, machine, rss_mb, write_results
+from benchmarks.common import (
+    GreedyPolicy,
+    MLPPolicy,
+    WideObsEnv,
+    machine,
+    process_cpu_seconds,
+    rss_mb,
+    write_results,
+)
 from parl.agents import GymAgent
 from parl.runtimes.control import RunControl
 
@@ -53,19 +62,22 @@ def bare_env(make_env: Callable[[], gym.Env], seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> float:
+def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> tuple[float, float]:
+    """Env steps per second of a SyncVectorEnv loop with one batched forward per step, and its CPU µs per step."""
     model = MLPPolicy(obs_dim)
     envs = gym.vector.SyncVectorEnv([make_env for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     obs, _ = envs.reset(seed=0)
-    steps, start = 0, time.perf_counter()
+    steps, start, cpu = 0, time.perf_counter(), time.process_time()
     with paddle.no_grad():
         while time.perf_counter() - start < seconds:
             for _ in range(20):
                 actions = model.policy({"obs": paddle.to_tensor(obs.astype(np.float32))}).argmax(axis=-1).numpy()
                 obs, _, _, _, _ = envs.step(actions)
                 steps += n
+    rate = steps / (time.perf_counter() - start)
+    cpu_us = (time.process_time() - cpu) / steps * 1e6
     envs.close()
-    return steps / (time.perf_counter() - start)
+    return rate, cpu_us
 
 
 def _busy_loop(seconds: float, out: Any) -> None:
@@ -105,10 +117,11 @@ def parallel_capacity(seconds: float) -> float:
 
 
 class _Window:
-    """A stop_when that measures env steps/s over a window after a warm-up.
+    """A stop_when that measures env steps/s over a window after a warm-up, and the CPU it took.
 
     Steps are counted live as predicted samples (one per env step for GymAgent), so long episodes
-    that have not ended yet still count.
+    that have not ended yet still count. CPU time is read from /proc for this (the learner) process
+    and its child processes (the workers of the process runtime; Ray actors are not children).
     """
 
     def __init__(self, count: Callable[[], int], warmup: float, seconds: float) -> None:
@@ -117,15 +130,26 @@ class _Window:
         self.t0: float | None = None
         self.s0 = 0
         self.rate = 0.0
+        self.pids: list[int] = []
+        self.cpu0: dict[int, float] = {}
+        self.cpu_us_per_step = float("nan")
+        self.learner_cpu_us_per_step = float("nan")
 
     def __call__(self, control: RunControl) -> bool:
         now = time.perf_counter()
         if self.t0 is None:
             if now - self.start >= self.warmup:
                 self.t0, self.s0 = now, self.count()
+                self.pids = [os.getpid()] + [c.pid for c in mp.active_children() if c.pid is not None]
+                self.cpu0 = {pid: process_cpu_seconds(pid) for pid in self.pids}
             return False
         if now - self.t0 >= self.seconds:
-            self.rate = (self.count() - self.s0) / (now - self.t0)
+            steps = self.count() - self.s0
+            self.rate = steps / (now - self.t0)
+            used = {pid: process_cpu_seconds(pid) - self.cpu0[pid] for pid in self.pids}
+            if steps > 0:
+                self.cpu_us_per_step = sum(used.values()) / steps * 1e6
+                self.learner_cpu_us_per_step = used[os.getpid()] / steps * 1e6
             return True
         return False
 
@@ -140,7 +164,13 @@ def agent_path(
     window = _Window(lambda: manager.wrappers["RL"].prediction_stats.samples, warmup=0.5, seconds=seconds)
     report = manager.run(stop_when=window)
     stats = report.prediction_stats["RL"]
-    return {"steps_per_s": window.rate, "mean_batch": stats.mean_batch, "max_batch": stats.max_batch}
+    return {
+        "steps_per_s": window.rate,
+        "mean_batch": stats.mean_batch,
+        "max_batch": stats.max_batch,
+        "cpu_us_per_step": window.cpu_us_per_step if runtime != "ray" else float("nan"),
+        "learner_cpu_us_per_step": window.learner_cpu_us_per_step,
+    }
 
 
 def _start_local_ray() -> bool:
@@ -286,9 +316,22 @@ def main(argv: list[str] | None = None) -> None:
         rows.append({"env": env_name, "row": "bare env, random actions", "n": 1, "steps_per_s": ceiling})
         print(f"{env_name:12s} bare env                 N=1   {ceiling:10.0f} steps/s", flush=True)
         for n in ns:
-            ref = vector_loop(make_env, obs_dim, n, seconds)
-            rows.append({"env": env_name, "row": "vector loop (reference)", "n": n, "steps_per_s": ref, "ratio": 1.0})
-            print(f"{env_name:12s} vector loop              N={n:<4d}{ref:10.0f} steps/s", flush=True)
+            ref, ref_cpu = vector_loop(make_env, obs_dim, n, seconds)
+            rows.append(
+                {
+                    "env": env_name,
+                    "row": "vector loop (reference)",
+                    "n": n,
+                    "steps_per_s": ref,
+                    "ratio": 1.0,
+                    "cpu_us_per_step": ref_cpu,
+                    "learner_cpu_us_per_step": ref_cpu,
+                }
+            )
+            print(
+                f"{env_name:12s} vector loop              N={n:<4d}{ref:10.0f} steps/s cpu {ref_cpu:.1f} us/step",
+                flush=True,
+            )
             for runtime, workers in runtimes:
                 if runtime == "threads" and n > 64:
                     continue  # 256 threads measure the GIL, not the design
@@ -302,7 +345,8 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(res)
                 print(
                     f"{env_name:12s} {label[11:]:24s} N={n:<4d}{res['steps_per_s']:10.0f} steps/s "
-                    f"ratio {res['ratio']:.2f} mean batch {res['mean_batch']:.1f}",
+                    f"ratio {res['ratio']:.2f} mean batch {res['mean_batch']:.1f} "
+                    f"cpu {_us(res['cpu_us_per_step'])} us/step (learner {_us(res['learner_cpu_us_per_step'])})",
                     flush=True,
                 )
     capacity = parallel_capacity(0.5 if args.quick else 2.0)
@@ -337,16 +381,23 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "worker processes can beat one process by more than that here.",
         "",
         "Same model in every row (obs-64-2 MLP, greedy actions); env steps per second over all agents;",
-        "ratio = agent path / vector loop at the same N, measured in the same run.",
+        "ratio = agent path / vector loop at the same N, measured in the same run. CPU per step: CPU time",
+        "of all processes of the row (the learner and its worker processes; for Ray only the learner is",
+        "visible) over the same window, divided by the env steps; 'learner' is this process's share.",
         "",
-        "| env | row | N | steps/s | ratio to vector loop | mean predict batch | RSS after row (MiB) |",
-        "|---|---|---|---|---|---|---|",
+        "| env | row | N | steps/s | ratio to vector loop | CPU µs per step | of which learner | mean predict batch "
+        "| RSS after row (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else ""
         batch = f"{r['mean_batch']:.1f}" if "mean_batch" in r else ""
         rss = f"{r['rss_after_mb']:.0f}" if "rss_after_mb" in r else ""
-        lines.append(f"| {r['env']} | {r['row']} | {r['n']} | {r['steps_per_s']:.0f} | {ratio} | {batch} | {rss} |")
+        cpu, learner = (_us(r.get(k)) for k in ("cpu_us_per_step", "learner_cpu_us_per_step"))
+        lines.append(
+            f"| {r['env']} | {r['row']} | {r['n']} | {r['steps_per_s']:.0f} | {ratio} | {cpu} | {learner} | {batch} "
+            f"| {rss} |"
+        )
     lines += [
         "",
         "Training path (DQN update, 4-64-64-2 network, batch 64; the bare steps are the same maths written",
@@ -365,6 +416,10 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
     ):
         lines.append(f"| {label} | {train[key]:.0f} | {train[key] / train['bare_us']:.2f} | {train[key] / fused:.2f} |")
     return "\n".join(lines)
+
+
+def _us(value: float | None) -> str:
+    return "" if value is None or value != value else f"{value:.1f}"  # value != value: NaN
 
 
 if __name__ == "__main__":
