@@ -173,9 +173,15 @@ def test_stop_returns_within_two_seconds_even_with_a_slow_task(runtime: str) -> 
     reports: list[parl.RunReport] = []
     runner = threading.Thread(target=lambda: reports.append(manager.run()), name="test-runner")
     runner.start()
-    # Once a prediction call has been served, the loops are inside their slow task calls most of the
-    # time (a fixed sleep could end before a loaded machine has served any).
-    assert wait_until(lambda: "RL" in manager.wrappers and manager.wrappers["RL"].prediction_stats.calls > 0)
+    # Once a prediction and a learning call have been served, the loops are inside their slow task
+    # calls most of the time (a fixed sleep could end before a loaded machine has served any).
+    assert wait_until(
+        lambda: (
+            "RL" in manager.wrappers
+            and manager.wrappers["RL"].prediction_stats.calls > 0
+            and manager.wrappers["RL"].training_stats.calls > 0
+        )
+    )
     start = time.monotonic()
     manager.stop()
     stop_s = time.monotonic() - start

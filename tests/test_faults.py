@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import threading
@@ -9,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from fault_helpers import WorkerKiller
@@ -126,7 +128,7 @@ def test_guarded_env_in_a_process_reports_the_remote_error() -> None:
 
 
 def test_an_env_host_ends_when_its_parent_closes_the_pipe_or_is_already_gone() -> None:
-    from parl.envs.guarded import _EnvProcess, _host_main
+    from parl.envs.guarded import _ORPHANED_EXIT_CODE, _EnvProcess, _host_main
 
     # A forked host does not keep the parent's end of the pipe: when the parent's end closes
     # (the parent died without saying "close"), the host sees EOF and ends.
@@ -135,18 +137,32 @@ def test_an_env_host_ends_when_its_parent_closes_the_pipe_or_is_already_gone() -
     host.process.join(10.0)
     assert host.process.exitcode == 0
     # A host whose parent died before it asked to die with it (it was re-parented) ends at once,
-    # without building its env.
-    built: list[int] = []
+    # with its own exit code and without building its env.
     ctx = mp.get_context("fork")
     mine, theirs = ctx.Pipe(duplex=True)
-    orphan = ctx.Process(target=_host_main, args=(lambda: built.append(1) or CounterEnv(), theirs, -1, mine))
+    orphan = ctx.Process(target=_host_main, args=(CounterEnv, theirs, -1, mine))
     orphan.start()
     theirs.close()
     orphan.join(10.0)
-    assert orphan.exitcode == 0
-    with pytest.raises(EOFError):  # it sent nothing (no env was built) and closed its end
+    assert orphan.exitcode == _ORPHANED_EXIT_CODE
+    with pytest.raises(EOFError):  # it sent nothing (no env was built, no spaces reported)
         mine.recv()
     mine.close()
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_an_env_host_starts_and_steps_with_every_start_method(start_method: str) -> None:
+    env = parl.GuardedEnv(
+        functools.partial(gym.make, "CartPole-v1"),
+        parl.FaultConfig(max_consecutive_faults=1, step_timeout_s=30.0, start_method=start_method),
+    )
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (4,)
+        assert env.step(0)[0].shape == (4,)
+    finally:
+        env.close()
+    assert mp.active_children() == []
 
 
 def test_an_env_that_cannot_be_built_fails_with_the_limit_error() -> None:

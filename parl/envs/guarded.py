@@ -55,31 +55,41 @@ class _RemoteFailure(Exception):
     """An env call raised in the env's process; carries the remote traceback."""
 
 
-def _die_with_parent(parent_pid: int) -> None:
+_ORPHANED_EXIT_CODE = 3
+"""Exit code of a host that found its parent gone before it started (never a healthy host)."""
+
+
+def _die_with_parent(parent_pid: int | None) -> None:
     """Ask Linux to kill this process when its parent dies (no orphaned, hung envs).
 
     A parent that died before the request took effect is not signalled: then this process has
-    been re-parented already, and it ends at once.
+    been re-parented already, and it ends at once. ``parent_pid`` is None when the parent is not
+    this process's parent by design (``forkserver``: the fork server's child).
     """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:
-        os._exit(0)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(_ORPHANED_EXIT_CODE)
 
 
 def _host_main(
-    make_env: Callable[[], Any], conn: mpc.Connection, parent_pid: int, parent_end: mpc.Connection | None = None
+    make_env: Callable[[], Any],
+    conn: mpc.Connection,
+    parent_pid: int | None = None,
+    parent_end: mpc.Connection | None = None,
 ) -> None:
     """Body of an env host process: build the env, then answer ``(method, args)`` calls.
 
-    ``parent_end`` is the parent's end of the pipe, inherited by a forked host: closed here, so
-    that the host sees EOF when its parent goes away instead of holding the pipe open itself.
+    ``parent_pid`` is the pid of the process that started this one (checked when it is this
+    process's parent, see :func:`_die_with_parent`). ``parent_end`` is the parent's end of the
+    pipe, inherited by a forked host: closed here, so that the host sees EOF when its parent goes
+    away instead of holding the pipe open itself.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this process ends
     _die_with_parent(parent_pid)
     if parent_end is not None:
         parent_end.close()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this process ends
     env: Any = None
     try:
         env = make_env()
@@ -115,8 +125,9 @@ class _EnvProcess:
         ctx: Any = mp.get_context(start_method)
         self.conn, child = ctx.Pipe(duplex=True)
         inherited = self.conn if start_method == "fork" else None  # a spawned host gets no copy of it
+        parent = None if start_method == "forkserver" else os.getpid()  # a forkserver host's parent is the server
         self.process = ctx.Process(
-            target=_host_main, args=(make_env, child, os.getpid(), inherited), name="parl-env", daemon=True
+            target=_host_main, args=(make_env, child, parent, inherited), name="parl-env", daemon=True
         )
         self.process.start()
         child.close()
