@@ -109,10 +109,21 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _nan_to_none(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _nan_to_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_to_none(v) for v in value]
+    return value
+
+
 def write_results(name: str, data: dict[str, Any], markdown: str) -> None:
     """Write ``results/{name}.json`` and replace the ``name`` section of docs/benchmarks.md."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2, default=str))
+    # NaN (a figure that could not be measured) is not JSON: it is written as null.
+    (RESULTS / f"{name}.json").write_text(json.dumps(_nan_to_none(data), indent=2, default=str, allow_nan=False))
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     block = f"{begin}\n{markdown.rstrip()}\n{end}"
     header = "# Benchmarks\n\nMeasured figures, written by the scripts in `benchmarks/`.\n"

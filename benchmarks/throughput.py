@@ -36,6 +36,7 @@ from benchmarks.common import (
 )
 from parl.agents import GymAgent
 from parl.runtimes.control import RunControl
+from parl.utils.tensors import TensorStaging
 
 ENVS: dict[str, tuple[Callable[[], gym.Env], int]] = {
     "CartPole-v1": (lambda: gym.make("CartPole-v1"), 4),
@@ -67,11 +68,15 @@ def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: 
     model = MLPPolicy(obs_dim)
     envs = gym.vector.SyncVectorEnv([make_env for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     obs, _ = envs.reset(seed=0)
+    # The observations go into the network the way the agent path's task does it (one tensor refilled
+    # in place): paddle.to_tensor costs about 10 µs a call, which would slow the reference at small N.
+    staging = TensorStaging()
     steps, start, cpu = 0, time.perf_counter(), time.process_time()
     with paddle.no_grad():
         while time.perf_counter() - start < seconds:
             for _ in range(20):
-                actions = model.policy({"obs": paddle.to_tensor(obs.astype(np.float32))}).argmax(axis=-1).numpy()
+                x = staging.tensor("obs", obs.astype(np.float32, copy=False))
+                actions = model.policy({"obs": x}).argmax(axis=-1).numpy()
                 obs, _, _, _, _ = envs.step(actions)
                 steps += n
     rate = steps / (time.perf_counter() - start)
@@ -147,9 +152,13 @@ class _Window:
             steps = self.count() - self.s0
             self.rate = steps / (now - self.t0)
             used = {pid: process_cpu_seconds(pid) - self.cpu0[pid] for pid in self.pids}
+            current = {os.getpid()} | {c.pid for c in mp.active_children() if c.pid is not None}
             if steps > 0:
-                self.cpu_us_per_step = sum(used.values()) / steps * 1e6
                 self.learner_cpu_us_per_step = used[os.getpid()] / steps * 1e6
+                # A worker that ended or started within the window makes the total unknown (NaN),
+                # not smaller: its CPU before or after the window cannot be split off.
+                if current == set(self.pids):
+                    self.cpu_us_per_step = sum(used.values()) / steps * 1e6
             return True
         return False
 
@@ -171,6 +180,23 @@ def agent_path(
         "cpu_us_per_step": window.cpu_us_per_step if runtime != "ray" else float("nan"),
         "learner_cpu_us_per_step": window.learner_cpu_us_per_step,
     }
+
+
+def _agent_row(env_name: str, n: int, runtime: str, workers: int, ref: float, seconds: float) -> dict[str, Any]:
+    """One agent-path row: measure, print and return it (``ref``: the vector loop's steps/s at this N)."""
+    make_env, obs_dim = ENVS[env_name]
+    res = agent_path(make_env, obs_dim, n, runtime, seconds, workers)
+    label = f"agent path, {runtime}" + (f" P={workers}" if runtime in ("processes", "ray") else "")
+    res.update({"env": env_name, "row": label, "n": n, "ratio": res["steps_per_s"] / ref})
+    res["peak_rss_mb"] = peak_rss_mb()
+    res["rss_after_mb"] = rss_mb()
+    print(
+        f"{env_name:12s} {label[11:]:24s} N={n:<4d}{res['steps_per_s']:10.0f} steps/s "
+        f"ratio {res['ratio']:.2f} mean batch {res['mean_batch']:.1f} "
+        f"cpu {_us(res['cpu_us_per_step'])} us/step (learner {_us(res['learner_cpu_us_per_step'])})",
+        flush=True,
+    )
+    return res
 
 
 def _start_local_ray() -> bool:
@@ -308,15 +334,15 @@ def main(argv: list[str] | None = None) -> None:
     seconds = 0.5 if args.quick else args.seconds
     ns = [1, 16] if args.quick else [1, 4, 16, 64, 256]
     runtimes = [("coroutines", 1), ("threads", 1), ("processes", 1), ("processes", 2)]
-    if not args.no_ray and _start_local_ray():
-        runtimes.append(("ray", 2))
     rows: list[dict[str, Any]] = []
+    refs: dict[tuple[str, int], float] = {}
     for env_name, (make_env, obs_dim) in ENVS.items():
         ceiling = bare_env(make_env, seconds)
         rows.append({"env": env_name, "row": "bare env, random actions", "n": 1, "steps_per_s": ceiling})
         print(f"{env_name:12s} bare env                 N=1   {ceiling:10.0f} steps/s", flush=True)
         for n in ns:
             ref, ref_cpu = vector_loop(make_env, obs_dim, n, seconds)
+            refs[(env_name, n)] = ref
             rows.append(
                 {
                     "env": env_name,
@@ -335,21 +361,24 @@ def main(argv: list[str] | None = None) -> None:
             for runtime, workers in runtimes:
                 if runtime == "threads" and n > 64:
                     continue  # 256 threads measure the GIL, not the design
-                if runtime in ("processes", "ray") and workers > n:
+                if runtime == "processes" and workers > n:
                     continue
-                res = agent_path(make_env, obs_dim, n, runtime, seconds, workers)
-                label = f"agent path, {runtime}" + (f" P={workers}" if runtime in ("processes", "ray") else "")
-                res.update({"env": env_name, "row": label, "n": n, "ratio": res["steps_per_s"] / ref})
-                res["peak_rss_mb"] = peak_rss_mb()
-                res["rss_after_mb"] = rss_mb()
-                rows.append(res)
-                print(
-                    f"{env_name:12s} {label[11:]:24s} N={n:<4d}{res['steps_per_s']:10.0f} steps/s "
-                    f"ratio {res['ratio']:.2f} mean batch {res['mean_batch']:.1f} "
-                    f"cpu {_us(res['cpu_us_per_step'])} us/step (learner {_us(res['learner_cpu_us_per_step'])})",
-                    flush=True,
-                )
+                rows.append(_agent_row(env_name, n, runtime, workers, ref, seconds))
     capacity = parallel_capacity(0.5 if args.quick else 2.0)
+    # Ray's daemons take CPU while they run: Ray starts only now, for its own rows, and stops after
+    # them, so that no other row (nor the capacity probe) shares the cores with them.
+    if not args.no_ray and _start_local_ray():
+        import ray
+
+        try:
+            for env_name in ENVS:
+                for n in ns:
+                    if n >= 2:
+                        rows.append(_agent_row(env_name, n, "ray", 2, refs[(env_name, n)], seconds))
+        finally:
+            ray.shutdown()
+    order = {name: i for i, name in enumerate(ENVS)}
+    rows.sort(key=lambda r: (order[r["env"]], r["n"] if "ratio" in r else -1))  # stable: runtimes keep their order
     print(f"parallel capacity: two busy processes do {capacity:.2f}x the work of one", flush=True)
     train = training_path(50 if args.quick else 300)
     print(
@@ -382,8 +411,9 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "",
         "Same model in every row (obs-64-2 MLP, greedy actions); env steps per second over all agents;",
         "ratio = agent path / vector loop at the same N, measured in the same run. CPU per step: CPU time",
-        "of all processes of the row (the learner and its worker processes; for Ray only the learner is",
-        "visible) over the same window, divided by the env steps; 'learner' is this process's share.",
+        "of all processes of the row (the learner and its worker processes) over the same window, divided",
+        "by the env steps; 'learner' is this process's share. Blank: not measurable (Ray actors are not",
+        "this process's children). Ray runs only during its own rows (its daemons take CPU).",
         "",
         "| env | row | N | steps/s | ratio to vector loop | CPU µs per step | of which learner | mean predict batch "
         "| RSS after row (MiB) |",
