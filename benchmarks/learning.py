@@ -40,7 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -547,12 +547,30 @@ def verdict(problem: Problem, parl: dict[str, Any], sb3: dict[str, Any]) -> tupl
     return ratio, ("met" if ratio <= problem.target_ratio else "missed")
 
 
+def _provenance(results: dict[str, Any], names: Sequence[str] | None = None) -> str:
+    """Seeds and date of the run that measured ``names`` (default: every problem), per problem when
+    the report merges several runs."""
+    groups: dict[tuple[Any, Any], list[str]] = {}
+    for name, entry in results["problems"].items():
+        if names is not None and name not in names:
+            continue
+        m = entry.get("measured", {"date": results["date"], "seeds": results["seeds"]})
+        groups.setdefault((m["seeds"], m["date"]), []).append(name)
+    if len(groups) == 1:
+        ((seeds, date),) = groups
+        return f"{seeds} seed(s), {date}"
+    if not groups:
+        return f"{results['seeds']} seed(s), {results['date']}"
+    parts = [f"{', '.join(group)}: {seeds} seed(s), {date}" for (seeds, date), group in groups.items()]
+    return "runs merged with `--merge`; " + "; ".join(parts)
+
+
 def markdown(results: dict[str, Any]) -> str:
     proto = results["protocol"]
     lines = [
         "## Learning: time to solve, parl against Stable-Baselines3",
         "",
-        f"Measured by `python -m benchmarks.learning` ({results['seeds']} seed(s), {results['date']}), parl and SB3 "
+        f"Measured by `python -m benchmarks.learning` ({_provenance(results)}), parl and SB3 "
         "alternating run by run in the same invocation on the same machine, each run in a fresh process. "
         f"Machine: {results['machine'].get('cpus')} CPUs, Python {results['machine'].get('python')}, "
         f"Paddle {results['machine'].get('paddle')}, torch {results['machine'].get('torch')} "
@@ -673,8 +691,8 @@ def algorithm_results(results: dict[str, Any], problems: list[str]) -> str | Non
         return None
     return "\n".join(
         [
-            f"From the learning benchmark (`python -m benchmarks.learning`, {results['seeds']} seeds, "
-            f"{results['date']}; protocol, settings and per-seed figures in [Benchmarks](../benchmarks.md)). "
+            f"From the learning benchmark (`python -m benchmarks.learning`, {_provenance(results, problems)}; "
+            "protocol, settings and per-seed figures in [Benchmarks](../benchmarks.md)). "
             "Solved: a greedy mean at or above the threshold over 20 episodes; times are medians of wall "
             "time to solve, an unsolved run counted as the cap.",
             "",
@@ -811,6 +829,7 @@ def main(argv: list[str] | None = None) -> None:
             "target_ratio": problem.target_ratio,
         }
         entry["parl_settings"] = parl_settings(problem)
+        entry["measured"] = {"date": results["date"], "seeds": seeds}  # a merged report mixes runs
         missing = parl_available(problem) if "parl" in libraries else None
         if missing is not None:
             print(f"{name}: parl example missing, skipped ({missing})", flush=True)
@@ -846,7 +865,11 @@ def _merged(new: dict[str, Any]) -> dict[str, Any]:
     from benchmarks.common import RESULTS
 
     path = RESULTS / "learning.json"
-    saved = json.loads(path.read_text())["problems"] if path.exists() else {}
+    saved_results = json.loads(path.read_text()) if path.exists() else {"problems": {}}
+    saved = saved_results["problems"]
+    for entry in saved.values():
+        # Rows from before per-problem records came from one run: the file's date and seed count.
+        entry.setdefault("measured", {"date": saved_results.get("date"), "seeds": saved_results.get("seeds")})
     combined = {**saved, **new}
     return {name: combined[name] for name in PROBLEMS if name in combined}
 

@@ -217,3 +217,23 @@ def test_a_solved_parl_run_scores_the_parameters_that_solved(monkeypatch: pytest
     assert result.solved and result.steps_to_threshold is not None
     assert frozen and all(frozen)
     assert result.final_return >= 1.0
+
+
+def test_a_merged_report_says_which_run_measured_each_problem() -> None:
+    results: dict[str, Any] = {
+        "date": "2026-11-24 08:11",
+        "seeds": 5,
+        "problems": {
+            "cartpole_ppo": {"measured": {"date": "2026-11-24 08:11", "seeds": 5}},
+            "cartpole_dqn": {"measured": {"date": "2026-11-24 05:22", "seeds": 3}},
+            "acrobot_dqn": {"measured": {"date": "2026-11-24 05:22", "seeds": 3}},
+        },
+    }
+    header = learning._provenance(results)
+    assert header.startswith("runs merged with `--merge`")
+    assert "cartpole_ppo: 5 seed(s), 2026-11-24 08:11" in header
+    assert "cartpole_dqn, acrobot_dqn: 3 seed(s), 2026-11-24 05:22" in header
+    # An algorithm page names only its own problems' run.
+    assert learning._provenance(results, ["cartpole_dqn", "acrobot_dqn"]) == "3 seed(s), 2026-11-24 05:22"
+    # A report of one run (or rows from before per-problem records) gives the run's own figures.
+    assert learning._provenance({"date": "d", "seeds": 3, "problems": {"x": {}, "y": {}}}) == "3 seed(s), d"
