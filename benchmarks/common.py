@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 from pathlib import Path
@@ -85,8 +86,6 @@ def rss_mb() -> float:
 
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` and all its threads so far (from /proc; NaN elsewhere)."""
-    import os
-
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -97,8 +96,6 @@ def process_cpu_seconds(pid: int) -> float:
 
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
-    import os
-
     return {
         "python": platform.python_version(),
         "paddle": paddle.__version__,

@@ -499,9 +499,14 @@ class ComputationWrapper:
             for comm, _ in items:
                 comm.put_prediction_return(Failure(exc, tb, "predict"))
             return
-        with self._stats_lock:
-            self.prediction_stats.record(len(items), offsets[-1])
+        self.record_prediction(len(items), offsets[-1])
         answer_predictions(items, pred, offsets)
+
+    def record_prediction(self, requests: int, samples: int) -> None:
+        """Count one prediction call of ``requests`` requests and ``samples`` samples in
+        :attr:`prediction_stats` (any thread: the worker links of the process runtime record here too)."""
+        with self._stats_lock:
+            self.prediction_stats.record(requests, samples)
 
     def serve_training(self, items: Sequence[TrainItem]) -> None:
         """Run one learning step on the packed ``items``; each agent gets its rows and the metrics."""

@@ -804,9 +804,7 @@ class _WorkerLink:
             out.update({f"ex.{k}": v for k, v in pred.extras.items() if k in extra_names})
             if not inline:
                 self.buffers[task_index][1].write(out, rows)
-            wrapper = self.runtime.wrappers[task_index]
-            with wrapper._stats_lock:  # one link thread per worker records into the same stats
-                wrapper.prediction_stats.record(1, rows)
+            self.runtime.wrappers[task_index].record_prediction(1, rows)
             self.pred_conn.send(("ok", out if inline else None))
         except Exception as exc:  # noqa: BLE001 - delivered to the worker's agents
             self.pred_conn.send(("error", (_picklable(exc), traceback.format_exc())))
