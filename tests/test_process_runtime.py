@@ -300,3 +300,117 @@ def test_hierarchical_agent_runs_unchanged_in_processes() -> None:
     assert report.prediction_stats["goal"].samples > 0 and report.prediction_stats["RL"].samples > 0
     assert report.prediction_stats["goal"].samples < report.prediction_stats["RL"].samples
     assert _no_children_left()
+
+
+class _RefusingGreedy(_RecordingGreedy):
+    """Greedy actions until the 20th prediction call, which raises inside the learner."""
+
+    calls = 0
+
+    def predict(self, inputs: dict, states: dict, explore: bool) -> parl.Prediction:
+        type(self).calls += 1
+        if type(self).calls >= 20:
+            raise ZeroDivisionError("predict refused in the learner")
+        return super().predict(inputs, states, explore)
+
+
+@pytest.mark.timeout(60)
+def test_task_error_in_the_learner_reaches_the_worker_agents_as_task_error() -> None:
+    """The reply of a failed prediction carries the task's error and traceback back to the agents."""
+    task = parl.TaskConfig("RL", _RefusingGreedy(CartPoleQModel(32)), parl.AgentHelper)
+    m = _manager(parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_seconds=30), _Greedy, task)
+    start = time.monotonic()
+    with pytest.raises(parl.AgentError) as info:
+        m.run()
+    assert time.monotonic() - start < 20
+    assert isinstance(info.value.original, parl.TaskError)
+    assert info.value.original.kind == "predict" and info.value.task == "RL"
+    assert "predict refused in the learner" in str(info.value)
+    assert "ZeroDivisionError: predict refused in the learner" in info.value.original.traceback_text
+    assert _no_children_left()
+
+
+def _greedy_link() -> tuple[object, parl.ComputationTask, list]:
+    """What ``_WorkerLink._predict`` reads of its link: the runtime's tasks and wrappers, and shared buffers."""
+    from types import SimpleNamespace
+
+    from parl.runtimes.processes import TaskSpecs, _reply_specs, _request_specs, _SharedArrays
+
+    task = parl.ComputationTask("RL", _RecordingGreedy(CartPoleQModel(32)))
+    wrapper = parl.ComputationWrapper(task)
+    specs = TaskSpecs.of(task, wrapper.config)
+    buffers = [(_SharedArrays(_request_specs(specs), 8), _SharedArrays(_reply_specs(specs), 8))]
+    return SimpleNamespace(runtime=SimpleNamespace(tasks=[task], wrappers=[wrapper])), task, buffers
+
+
+@pytest.mark.timeout(30)
+def test_prediction_protocol_answers_through_shared_memory_inline_and_with_errors() -> None:
+    import pickle
+
+    from parl.runtimes.processes import _ERROR, _INLINE, _OK, _SHM, _SHM_REQUEST, _WorkerLink
+
+    link, task, buffers = _greedy_link()
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    expected = task.predict({"obs": obs}, explore=False).actions["action"]
+    try:
+        # Arrays in shared memory: a 12-byte request, a one-byte reply, actions in the reply buffer.
+        buffers[0][0].write({"in.obs": obs}, 5)
+        request = _SHM_REQUEST.pack(_SHM, 0, 5, False)
+        assert len(request) == _SHM_REQUEST.size
+        assert _WorkerLink._predict(link, request, buffers) == _OK  # type: ignore[arg-type]
+        np.testing.assert_array_equal(buffers[0][1].read(5, copy=True)["act.action"], expected)
+        # Arrays in the message (no shared memory): the reply carries the output arrays.
+        reply = _WorkerLink._predict(link, _INLINE + pickle.dumps((0, 5, False, {"obs": obs}, {})), buffers)  # type: ignore[arg-type]
+        assert reply[:1] == _INLINE
+        np.testing.assert_array_equal(pickle.loads(reply[1:])["act.action"], expected)
+        # A request the task refuses: the error and its traceback, for the worker's agents.
+        bad = _INLINE + pickle.dumps((0, 5, False, {"obs": obs[:, :3]}, {}))
+        reply = _WorkerLink._predict(link, bad, buffers)  # type: ignore[arg-type]
+        assert reply[:1] == _ERROR
+        error, tb = pickle.loads(reply[1:])
+        assert isinstance(error, Exception) and "Traceback" in tb
+        assert task is not None and link.runtime.wrappers[0].prediction_stats.calls == 2  # type: ignore[attr-defined]
+    finally:
+        for req, rep in buffers:
+            req.close()
+            rep.close()
+
+
+class _FakeConn:
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def send(self, msg: object) -> None:
+        self.sent.append(msg)
+
+
+def test_a_busy_worker_reports_episodes_every_interval_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Episode reports go with a round only once per EPISODE_REPORT_S, all of them, and before any other message."""
+    import parl.runtimes.processes as processes
+
+    clock = [100.0]
+    monkeypatch.setattr(processes.time, "monotonic", lambda: clock[0])
+    conn = _FakeConn()
+    messenger = processes._WorkerMessenger(conn, stop_event=mp.Event())  # type: ignore[arg-type]
+    messenger.episode(0, 1.0, 10)
+    messenger.flush_due()
+    assert conn.sent == []  # within the interval: kept for later
+    messenger.episode(1, 2.0, 20)
+    clock[0] += 1.5 * processes.EPISODE_REPORT_S
+    messenger.flush_due()
+    assert conn.sent == [("episodes", [(0, 1.0, 10), (1, 2.0, 20)])]
+    messenger.episode(2, 3.0, 30)
+    messenger.flush_due()  # the interval starts again at the last report
+    messenger.send(("cut", 2, 5))  # any other message first sends what is pending, in order
+    assert conn.sent[1:] == [("episodes", [(2, 3.0, 30)]), ("cut", 2, 5)]
+    messenger.flush()
+    assert len(conn.sent) == 3  # nothing left to send
+
+
+@pytest.mark.timeout(60)
+def test_every_episode_of_a_busy_worker_is_counted() -> None:
+    m = _manager(parl.ManagerConfig(num_agents=8, runtime="processes", num_workers=2, max_episodes=300))
+    report = m.run()
+    assert report.episodes >= 300
+    assert report.episodes == sum(len(r) for r in report.returns.values())
+    assert all(len(report.returns[i]) > 0 for i in range(8))  # agents of both workers reported

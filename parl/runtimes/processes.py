@@ -37,7 +37,9 @@ import logging
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
+import pickle
 import queue
+import struct
 import threading
 import time
 import traceback
@@ -196,6 +198,15 @@ def _reply_specs(t: TaskSpecs) -> list[FieldSpec]:
     )
 
 
+# The prediction protocol, one request and one reply per round in bytes (no pickling on the common path):
+# a request whose arrays are in shared memory is ``_SHM_REQUEST`` (tag, task index, rows, explore); one
+# whose arrays travel with it (no shared memory: a Ray actor) is ``_INLINE`` + pickle of
+# (task index, rows, explore, inputs, states). The reply is ``_OK`` (actions in shared memory),
+# ``_INLINE`` + pickle of the output arrays, or ``_ERROR`` + pickle of (error, traceback).
+_SHM_REQUEST = struct.Struct("<cHI?")
+_SHM, _INLINE, _OK, _ERROR = b"s", b"i", b"o", b"e"
+
+
 # --------------------------------------------------------------------------- worker side
 
 
@@ -275,16 +286,24 @@ class _RemoteWrapper:
         states = pack_fields([r.states for r in requests])[0] if self.task.state_specs else {}
         try:
             if self.request is None:
-                self.msg.flush()
-                self.pred_conn.send((self.index, rows, explore, inputs, states))
+                self.msg.flush_due()
+                data = pickle.dumps((self.index, rows, explore, inputs, states), pickle.HIGHEST_PROTOCOL)
+                self.pred_conn.send_bytes(_INLINE + data)
             else:
                 if rows > self.request.capacity:
                     raise ValueError(f"{rows} samples exceed the shared buffer of {self.request.capacity}")
                 self.request.write({f"in.{k}": v for k, v in inputs.items()}, rows)
                 self.request.write({f"st.{k}": v for k, v in states.items()}, rows)
-                self.msg.flush()  # the episodes that ended since the last request
-                self.pred_conn.send((self.index, rows, explore))
-            status, payload = self.pred_conn.recv()
+                self.msg.flush_due()  # the episodes that ended meanwhile, every EPISODE_REPORT_S
+                self.pred_conn.send_bytes(_SHM_REQUEST.pack(_SHM, self.index, rows, explore))
+            reply = self.pred_conn.recv_bytes()
+            tag = reply[:1]
+            if tag == _OK and self.reply is not None:
+                status, out = "ok", self.reply.read(rows, copy=True)
+            elif tag == _INLINE:
+                status, out = "ok", pickle.loads(reply[1:])
+            else:
+                status, payload = "error", pickle.loads(reply[1:])
         except (EOFError, OSError) as exc:
             status, payload = "error", (exc, "the learner process is gone")
         except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
@@ -294,7 +313,6 @@ class _RemoteWrapper:
             for comm, _ in items:
                 comm.put_prediction_return(Failure(error, tb, "predict"))
             return
-        out = payload if self.reply is None else self.reply.read(rows, copy=True)
         pred = Prediction(
             actions={k[4:]: v for k, v in out.items() if k.startswith("act.")},
             states={k[3:]: v for k, v in out.items() if k.startswith("st.")},
@@ -330,13 +348,18 @@ class _RemoteTrainingSink:
         self.wrapper.msg.send(("learn", self.wrapper.index, comm.agent_id, batch))
 
 
+EPISODE_REPORT_S = 0.02
+"""How often a busy worker reports the episodes its agents finished (an idle one reports at once)."""
+
+
 class _WorkerMessenger:
     """The asynchronous message pipe of a worker: learn requests out, learn results in.
 
     Episode reports are the most frequent message (one per episode of every agent); they are
-    gathered and sent together, as one ``("episodes", [...])`` message, at the next flush: before
-    the worker's next prediction request, when its hub idles, and before any other message (so the
-    learner sees every report in the order the worker made it).
+    gathered and sent together, as one ``("episodes", [...])`` message, at the next flush: with a
+    prediction request once ``EPISODE_REPORT_S`` passed since the last one (a message each round
+    would cost the learner a wake-up each round), when the worker's hub idles, and before any other
+    message (so the learner sees every report in the order the worker made it).
     """
 
     def __init__(self, conn: mpc.Connection, stop_event: Any) -> None:
@@ -344,6 +367,7 @@ class _WorkerMessenger:
         self.stop_event = stop_event
         self._lock = threading.Lock()
         self._episodes: list[tuple[int, float, int]] = []
+        self._last_report = time.monotonic()
 
     def send(self, msg: Any) -> None:
         with self._lock:
@@ -361,9 +385,15 @@ class _WorkerMessenger:
             with self._lock:
                 self._flush_locked()
 
+    def flush_due(self) -> None:
+        """:meth:`flush` if ``EPISODE_REPORT_S`` passed since the last report (called every round)."""
+        if self._episodes and time.monotonic() - self._last_report >= EPISODE_REPORT_S:
+            self.flush()
+
     def _flush_locked(self) -> None:
         if self._episodes:
             episodes, self._episodes = self._episodes, []
+            self._last_report = time.monotonic()
             self.conn.send(("episodes", episodes))
 
 
@@ -630,6 +660,9 @@ class _StateReply:
 LATE_START_CLOSE_S = 10.0
 """How long a worker that came up after the run stopped gets to stop by itself before it is killed."""
 
+PREDICT_THREAD_JOIN_S = 2.0
+"""How long a link waits, once its worker ended, for the prediction thread to answer and end."""
+
 
 class _WorkerLink:
     """One worker process as the learner sees it: its process, pipes, buffers and serving thread."""
@@ -647,6 +680,7 @@ class _WorkerLink:
         self.control = control
         self.process: Any = None
         self.thread: threading.Thread | None = None
+        self.pred_thread: threading.Thread | None = None
         self.exited = False
         self.said_goodbye = False
         self._send_lock = threading.Lock()
@@ -678,6 +712,15 @@ class _WorkerLink:
             self.pred_conn, self.msg_conn = self._launch()
             with self._replies_lock:
                 self.ready = True
+            # Predictions have a thread of their own that blocks in one read per round: waiting on
+            # every connection and the process sentinel at once costs more than the forward pass.
+            self.pred_thread = threading.Thread(
+                target=self._serve_predictions,
+                args=(self.pred_conn, self.buffers),
+                name=f"parl-link-{self.index}-predict",
+                daemon=True,
+            )
+            self.pred_thread.start()
             self.thread = threading.Thread(target=self._serve, name=f"parl-link-{self.index}", daemon=True)
             self.thread.start()
             if self.runtime.stopping:
@@ -770,44 +813,63 @@ class _WorkerLink:
                 logger.debug("worker %d is gone; dropped %s", self.index, msg[0])
 
     def _serve(self) -> None:
-        conns = [self.pred_conn, self.msg_conn]
+        """Take the worker's messages (learning, episodes, failures) until it says goodbye or ends."""
         sentinels = self._sentinels()
+        pred_thread = self.pred_thread
         try:
             while not self.exited:
-                ready = mpc.wait(conns + sentinels, timeout=0.05)
-                if self.pred_conn in ready:
-                    self._predict(self.pred_conn.recv())
+                ready = mpc.wait([self.msg_conn, *sentinels], timeout=0.05)
                 if self.msg_conn in ready:
                     self._message(self.msg_conn.recv())
-                if any(x in ready for x in sentinels) and not self.pred_conn.poll() and not self.msg_conn.poll():
+                if any(x in ready for x in sentinels) and not self.msg_conn.poll():
                     break
         except (EOFError, OSError):
             pass
         finally:
+            if pred_thread is not None:
+                # It ends at its connection's end, once it answered what the worker sent before.
+                pred_thread.join(PREDICT_THREAD_JOIN_S)
             self._on_exit()
 
-    def _predict(self, msg: tuple[Any, ...]) -> None:
-        task_index, rows, explore = msg[:3]
-        task = self.runtime.tasks[task_index]
-        inline = len(msg) == 5  # the arrays came in the message (no shared memory with this worker)
+    def _serve_predictions(self, conn: mpc.Connection, buffers: list[tuple[_SharedArrays, _SharedArrays]]) -> None:
+        """Answer the worker's prediction requests, one per round, until its connection ends."""
+        while True:
+            try:
+                request = conn.recv_bytes()
+            except (EOFError, OSError):
+                return
+            reply = self._predict(request, buffers)
+            try:
+                conn.send_bytes(reply)
+            except (EOFError, OSError):
+                return
+
+    def _predict(self, request: bytes, buffers: list[tuple[_SharedArrays, _SharedArrays]]) -> bytes:
+        """One batched prediction for a request of the worker; returns the reply (see ``_SHM_REQUEST``)."""
+        inline = request[:1] == _INLINE  # the arrays came in the message (no shared memory with this worker)
         try:
             if inline:
-                inputs, states = msg[3], msg[4]
+                task_index, rows, explore, inputs, states = pickle.loads(request[1:])
             else:
-                data = self.buffers[task_index][0].read(rows, copy=True)
+                _, task_index, rows, explore = _SHM_REQUEST.unpack(request)
+                # No copy: the worker leaves its request alone until it has the reply, and the task
+                # copies the arrays into its input tensors.
+                data = buffers[task_index][0].read(rows, copy=False)
                 inputs = {k[3:]: v for k, v in data.items() if k.startswith("in.")}
                 states = {k[3:]: v for k, v in data.items() if k.startswith("st.")}
+            task = self.runtime.tasks[task_index]
             pred = task.predict(inputs, states if task.state_specs else None, explore=explore, check=False)
             extra_names = {s.name for s in task.extra_predict_specs}
             out = {f"act.{k}": v for k, v in pred.actions.items()}
             out.update({f"st.{k}": v for k, v in pred.states.items()})
             out.update({f"ex.{k}": v for k, v in pred.extras.items() if k in extra_names})
-            if not inline:
-                self.buffers[task_index][1].write(out, rows)
             self.runtime.wrappers[task_index].record_prediction(1, rows)
-            self.pred_conn.send(("ok", out if inline else None))
+            if inline:
+                return _INLINE + pickle.dumps(out, pickle.HIGHEST_PROTOCOL)
+            buffers[task_index][1].write(out, rows)
+            return _OK
         except Exception as exc:  # noqa: BLE001 - delivered to the worker's agents
-            self.pred_conn.send(("error", (_picklable(exc), traceback.format_exc())))
+            return _ERROR + pickle.dumps((_picklable(exc), traceback.format_exc()), pickle.HIGHEST_PROTOCOL)
 
     def _message(self, msg: Any) -> None:
         kind = msg[0]
@@ -866,8 +928,9 @@ class _WorkerLink:
                     self.process.kill()
                     self.process.join(0.5)
                     ended = False
-        if self.thread is not None:
-            self.thread.join(0.5)
+        for thread in (self.thread, self.pred_thread):
+            if thread is not None:
+                thread.join(0.5)
         for req, rep in self.buffers:
             req.close()
             rep.close()
