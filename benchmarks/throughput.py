@@ -1,7 +1,8 @@
 """Throughput of the agent path against a synchronous vector loop, side by side in one run.
 
 Rows per env and N agents: the bare env with random actions (ceiling), a gymnasium SyncVectorEnv
-with one batched forward per step (reference), and the full Agent -> AgentHelper -> Communicator ->
+with one batched forward per step (reference), the floor of any blocking-style design (greenlet
+agents and a minimal scheduler, no framework), and the full Agent -> AgentHelper -> Communicator ->
 ComputationWrapper -> ComputationTask path on each runtime. Also the training path: task.learn
 directly and through the wrapper against a bare Paddle step of the same network and batch.
 
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import greenlet
 import gymnasium as gym
 import numpy as np
 import paddle
@@ -82,6 +84,50 @@ def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: 
     rate = steps / (time.perf_counter() - start)
     cpu_us = (time.process_time() - cpu) / steps * 1e6
     envs.close()
+    return rate, cpu_us
+
+
+def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> tuple[float, float]:
+    """The floor of any blocking-style design: env steps/s and CPU µs per step of ``n`` agents written
+    as ``obs -> predict -> env.step`` greenlets, whose requests a minimal scheduler serves with the
+    vector loop's batched forward. No framework: no checks, bookkeeping, stop or failure handling.
+
+    What the agent path costs above this row is the framework's own cost; what this row costs above
+    the vector loop is the cost of writing agents in blocking style (two greenlet switches per step).
+    """
+    model = MLPPolicy(obs_dim)
+    staging = TensorStaging()
+    hub = greenlet.getcurrent()
+    pending: list[tuple[greenlet.greenlet, np.ndarray]] = []
+    steps = 0
+
+    def agent(env: gym.Env, seed: int) -> None:
+        nonlocal steps
+        obs, _ = env.reset(seed=seed)
+        me = greenlet.getcurrent()
+        while True:
+            pending.append((me, obs))
+            obs, _, terminated, truncated, _ = env.step(hub.switch())
+            steps += 1
+            if terminated or truncated:
+                obs, _ = env.reset()
+
+    envs = [make_env() for _ in range(n)]
+    for i, env in enumerate(envs):
+        greenlet.greenlet(agent).switch(env, i)  # runs to its first request
+    start, cpu = time.perf_counter(), time.process_time()
+    with paddle.no_grad():
+        while time.perf_counter() - start < seconds:
+            for _ in range(20):
+                batch, pending = pending, []
+                x = staging.tensor("obs", np.stack([obs for _, obs in batch]).astype(np.float32, copy=False))
+                actions = model.policy({"obs": x}).argmax(axis=-1).numpy()
+                for (g, _), action in zip(batch, actions):
+                    g.switch(action)
+    rate = steps / (time.perf_counter() - start)
+    cpu_us = (time.process_time() - cpu) / steps * 1e6
+    for env in envs:
+        env.close()
     return rate, cpu_us
 
 
@@ -358,6 +404,23 @@ def main(argv: list[str] | None = None) -> None:
                 f"{env_name:12s} vector loop              N={n:<4d}{ref:10.0f} steps/s cpu {ref_cpu:.1f} us/step",
                 flush=True,
             )
+            floor, floor_cpu = blocking_floor(make_env, obs_dim, n, seconds)
+            rows.append(
+                {
+                    "env": env_name,
+                    "row": "blocking-style floor (no framework)",
+                    "n": n,
+                    "steps_per_s": floor,
+                    "ratio": floor / ref,
+                    "cpu_us_per_step": floor_cpu,
+                    "learner_cpu_us_per_step": floor_cpu,
+                }
+            )
+            print(
+                f"{env_name:12s} blocking-style floor     N={n:<4d}{floor:10.0f} steps/s ratio {floor / ref:.2f} "
+                f"cpu {floor_cpu:.1f} us/step",
+                flush=True,
+            )
             for runtime, workers in runtimes:
                 if runtime == "threads" and n > 64:
                     continue  # 256 threads measure the GIL, not the design
@@ -414,6 +477,9 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "of all processes of the row (the learner and its worker processes) over the same window, divided",
         "by the env steps; 'learner' is this process's share. Blank: not measurable (Ray actors are not",
         "this process's children). Ray runs only during its own rows (its daemons take CPU).",
+        "The blocking-style floor runs N greenlet agents (`obs -> predict -> env.step`) under a minimal",
+        "scheduler with the vector loop's batched forward and nothing else: no checks, bookkeeping, stop or",
+        "failure handling. The agent path's cost above it is the framework's own.",
         "",
         "| env | row | N | steps/s | ratio to vector loop | CPU µs per step | of which learner | mean predict batch "
         "| RSS after row (MiB) |",

@@ -1,0 +1,70 @@
+"""The throughput benchmark's rows, measured briefly: each counts real env steps and its CPU."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # benchmarks/ lives next to the package
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import throughput  # noqa: E402
+from benchmarks.common import WideObsEnv  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class _CountingEnv(gym.Wrapper):
+    """CartPole that counts the steps it was asked to take (shared by every copy)."""
+
+    steps = 0
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        type(self).steps += 1
+        return super().step(action)
+
+
+def test_blocking_floor_steps_every_agent_and_reports_its_cpu() -> None:
+    _CountingEnv.steps = 0
+    rate, cpu_us = throughput.blocking_floor(lambda: _CountingEnv(gym.make("CartPole-v1")), 4, 8, 0.3)
+    assert _CountingEnv.steps > 1_000  # the greenlet agents took real env steps
+    assert rate > 0 and math.isfinite(cpu_us) and cpu_us > 0
+    # The rate counts exactly the steps taken in the window (the warm-up of each agent is one reset).
+    assert rate * 0.3 <= _CountingEnv.steps * 1.5
+
+
+def test_floor_vector_loop_and_agent_path_agree_on_what_they_measure() -> None:
+    make_env = lambda: WideObsEnv(16)  # noqa: E731
+    ref, ref_cpu = throughput.vector_loop(make_env, 16, 4, 0.3)
+    floor, floor_cpu = throughput.blocking_floor(make_env, 16, 4, 0.3)
+    row = throughput.agent_path(make_env, 16, 4, "coroutines", 0.3)
+    for value in (ref, ref_cpu, floor, floor_cpu, row["steps_per_s"], row["cpu_us_per_step"]):
+        assert math.isfinite(value) and value > 0
+    assert row["mean_batch"] > 1  # the agents' predictions were batched
+    # Each row's CPU per step is its CPU over its steps: at 2 cores or fewer busy, rate * cpu <= 2e6.
+    for rate, cpu in ((ref, ref_cpu), (floor, floor_cpu), (row["steps_per_s"], row["cpu_us_per_step"])):
+        assert rate * cpu <= 2.2e6 * max(1, throughput.os.cpu_count() or 1)
+
+
+def test_markdown_lists_the_floor_with_its_ratio() -> None:
+    rows = [
+        {"env": "CartPole-v1", "row": "vector loop (reference)", "n": 4, "steps_per_s": 100.0, "ratio": 1.0},
+        {
+            "env": "CartPole-v1",
+            "row": "blocking-style floor (no framework)",
+            "n": 4,
+            "steps_per_s": 110.0,
+            "ratio": 1.1,
+            "cpu_us_per_step": 9.0,
+            "learner_cpu_us_per_step": 9.0,
+        },
+    ]
+    train = {k: 100.0 for k in ("bare_us", "bare_fused_us", "task_us", "wrapper_us", "wrapper_on_caller_us")}
+    md = throughput._markdown(rows, train, 2.0, quick=True)
+    assert "| CartPole-v1 | blocking-style floor (no framework) | 4 | 110 | 1.10 | 9.0 | 9.0 |" in md
+    assert "The blocking-style floor runs N greenlet agents" in md
