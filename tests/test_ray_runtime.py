@@ -77,6 +77,20 @@ def test_ray_runtime_batches_predictions_and_learns() -> None:
     assert set(threading.enumerate()) <= threads_before
 
 
+def test_every_actor_says_goodbye_with_its_final_states_and_the_stop_is_prompt() -> None:
+    """A Ray actor's process outlives its run: its prediction connection must not hold up the stop."""
+    manager = parl.Manager(
+        [echo_task_config()], StepAgent, lambda i: CounterEnv(tag=i, length=10), _config(max_episodes=100)
+    )
+    report = manager.run()
+    assert report.episodes >= 100 and report.leaked_threads == []
+    assert manager.runtime is not None
+    for link in manager.runtime.links:  # type: ignore[attr-defined]
+        assert link.said_goodbye  # not killed at the stop
+        assert link.final_states is not None and sorted(link.final_states.states) == sorted(link.agent_ids)
+        assert link.pred_thread is not None and not link.pred_thread.is_alive()
+
+
 class FailingAgent(StepAgent):
     def run_one_episode(self) -> float:
         if self.agent_id == 5 and self.episodes == 2:

@@ -32,6 +32,7 @@ those of the last checkpoint saved during the run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import multiprocessing as mp
@@ -167,12 +168,13 @@ class _SharedArrays:
 
     def close(self) -> None:
         self.views = {}
-        try:
+        # A view still held (a request being served) keeps the mapping until it goes; the name is
+        # unlinked all the same, so no segment is left behind.
+        with contextlib.suppress(BufferError):
             self.shm.close()
-            if self.owner:
+        if self.owner:
+            with contextlib.suppress(FileNotFoundError):
                 self.shm.unlink()
-        except (FileNotFoundError, BufferError):
-            pass
 
 
 @dataclass
@@ -500,7 +502,7 @@ class _Worker:
         # Loaded into each agent's helpers when it is first built (popped: an agent rebuilt after
         # its own failure starts with fresh helpers, as in every runtime).
         self.pending_states: AgentHelperStates = dict(helper_states or {})
-        self.msg_conn, self.stop_event = msg_conn, stop_event
+        self.pred_conn, self.msg_conn, self.stop_event = pred_conn, msg_conn, stop_event
         self.messenger = _WorkerMessenger(msg_conn, stop_event)
         self.wrappers = [
             _RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger)
@@ -603,6 +605,9 @@ class _Worker:
                         slot.agent.close()
                     except Exception:  # noqa: BLE001 - a broken env must not stop the shutdown
                         logger.debug("closing agent %d failed", slot.agent_id, exc_info=True)
+            # No prediction comes after this: the learner's prediction thread ends at once (a Ray
+            # actor's process, and so its connection, outlives its run).
+            self.pred_conn.close()
             self.report(("exited", self.worker))
             for w in self.wrappers:
                 if w.request is not None and w.reply is not None:
@@ -661,7 +666,7 @@ LATE_START_CLOSE_S = 10.0
 """How long a worker that came up after the run stopped gets to stop by itself before it is killed."""
 
 PREDICT_THREAD_JOIN_S = 2.0
-"""How long a link waits, once its worker ended, for the prediction thread to answer and end."""
+"""How long a link waits, once its worker died, for the prediction thread to end."""
 
 
 class _WorkerLink:
@@ -826,23 +831,29 @@ class _WorkerLink:
         except (EOFError, OSError):
             pass
         finally:
-            if pred_thread is not None:
-                # It ends at its connection's end, once it answered what the worker sent before.
+            if pred_thread is not None and not self.said_goodbye:
+                # The worker died: its prediction thread ends at the connection's end, after the
+                # request it was serving (a restart replaces the buffers that request used).
                 pred_thread.join(PREDICT_THREAD_JOIN_S)
             self._on_exit()
 
     def _serve_predictions(self, conn: mpc.Connection, buffers: list[tuple[_SharedArrays, _SharedArrays]]) -> None:
         """Answer the worker's prediction requests, one per round, until its connection ends."""
-        while True:
-            try:
-                request = conn.recv_bytes()
-            except (EOFError, OSError):
-                return
-            reply = self._predict(request, buffers)
-            try:
-                conn.send_bytes(reply)
-            except (EOFError, OSError):
-                return
+        try:
+            while True:
+                try:
+                    request = conn.recv_bytes()
+                except (EOFError, OSError):
+                    return
+                reply = self._predict(request, buffers)
+                try:
+                    conn.send_bytes(reply)
+                except (EOFError, OSError):
+                    return
+        finally:
+            # However this thread ends, the worker's agents must not wait for an answer forever:
+            # the closed connection tells them the learner is gone.
+            conn.close()
 
     def _predict(self, request: bytes, buffers: list[tuple[_SharedArrays, _SharedArrays]]) -> bytes:
         """One batched prediction for a request of the worker; returns the reply (see ``_SHM_REQUEST``)."""
@@ -852,8 +863,9 @@ class _WorkerLink:
                 task_index, rows, explore, inputs, states = pickle.loads(request[1:])
             else:
                 _, task_index, rows, explore = _SHM_REQUEST.unpack(request)
-                # No copy: the worker leaves its request alone until it has the reply, and the task
-                # copies the arrays into its input tensors.
+                # No copy: the worker leaves its request alone until it has the reply, and
+                # ComputationTask.predict copies the arrays into its input tensors (a subclass that
+                # overrides predict must not keep the arrays it is given).
                 data = buffers[task_index][0].read(rows, copy=False)
                 inputs = {k[3:]: v for k, v in data.items() if k.startswith("in.")}
                 states = {k[3:]: v for k, v in data.items() if k.startswith("st.")}

@@ -302,8 +302,9 @@ class _RayLink(_WorkerLink):
             logger.warning("the replacement actor of worker %d had not connected when the run stopped", self.index)
         if getattr(self, "msg_conn", None) is not None:  # None: the actor never connected
             self.send(("stop",))
-        if self.thread is not None:
-            self.thread.join(max(0.05, deadline - time.monotonic()))
+        for thread in (self.thread, self.pred_thread):
+            if thread is not None:
+                thread.join(max(0.05, deadline - time.monotonic()))
         ended = self.said_goodbye or (self.thread is not None and not self.thread.is_alive())
         if self.actor is not None:
             try:
