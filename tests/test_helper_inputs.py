@@ -53,3 +53,67 @@ def test_store_data_of_other_objects_than_predict_saw_is_checked() -> None:
             helper.store_data({"obs": np.zeros(3, np.float32)}, {"action": a}, 1.0)
     finally:
         wrapper.stop()
+
+
+def _helper_pair() -> tuple[parl.ComputationWrapper, RecordingHelper, RecordingHelper]:
+    wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
+    return wrapper, RecordingHelper("RL", wrapper.create_communicator(0)), RecordingHelper("RL", wrapper.create_communicator(1))
+
+
+@pytest.mark.timeout(30)
+def test_store_step_records_what_store_data_of_the_same_step_records() -> None:
+    wrapper, by_step, by_data = _helper_pair()
+    wrapper.start()
+    try:
+        shared: dict[str, np.ndarray] = {}
+        for i in range(4):
+            obs = np.array([i, i + 0.5], np.float32)
+            shared["obs"] = obs  # a reused dict: store_step records what predict was given
+            a = by_step.predict(shared)["action"]
+            shared["obs"] = np.full(2, 99.0, np.float32)
+            by_step.store_step(float(i))
+            b = by_data.predict({"obs": obs})["action"]
+            by_data.store_data({"obs": obs}, {"action": b}, float(i))
+            assert a == b
+        final = {"obs": np.array([9.0, 9.5], np.float32)}
+        by_step.store_final(final, terminated=True)
+        by_data.store_final(final, terminated=True)
+    finally:
+        wrapper.stop()
+    assert len(by_step.transitions) == len(by_data.transitions) == 4
+    for s, d in zip(by_step.transitions, by_data.transitions):
+        for group in ("inputs", "actions", "rewards", "next_inputs", "extras"):
+            got, want = getattr(s, group), getattr(d, group)
+            assert got.keys() == want.keys()
+            for k in want:
+                np.testing.assert_array_equal(got[k], want[k])
+        np.testing.assert_array_equal(s.terminal, d.terminal)
+
+
+@pytest.mark.timeout(30)
+def test_store_step_records_each_predict_once_and_checks_its_reward() -> None:
+    wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
+    keeps_nothing = parl.AgentHelper("RL", wrapper.create_communicator(3))
+    wrapper.start()
+    try:
+        with pytest.raises(ValueError, match=r"agent 3, task .RL.: store_step .*\(call predict first"):
+            keeps_nothing.store_step(1.0)  # no predict yet
+        keeps_nothing.predict({"obs": np.zeros(2, np.float32)})
+        keeps_nothing.store_step(1.0)
+        with pytest.raises(ValueError, match="each predict is recorded once"):
+            keeps_nothing.store_step(1.0)
+        a = keeps_nothing.predict({"obs": np.zeros(2, np.float32)})["action"]
+        keeps_nothing.store_data({"obs": np.zeros(2, np.float32)}, {"action": a}, 1.0)
+        with pytest.raises(ValueError, match="call predict first"):
+            keeps_nothing.store_step(1.0)  # store_data recorded that step already
+        keeps_nothing.predict({"obs": np.zeros(2, np.float32)})
+        with pytest.raises(ValueError, match=r"rewards field 'reward': expected finite values, got nan"):
+            keeps_nothing.store_step(float("nan"))
+        keeps_nothing.predict({"obs": np.zeros(2, np.float32)})
+        keeps_nothing.store_step({"reward": np.float32(2.0)})  # the general form of rewards works too
+        keeps_nothing.predict({"obs": np.zeros(2, np.float32)})
+        keeps_nothing.start_episode()  # a new episode forgets the step of the last one
+        with pytest.raises(ValueError, match="call predict first"):
+            keeps_nothing.store_step(1.0)
+    finally:
+        wrapper.stop()

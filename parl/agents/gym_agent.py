@@ -50,12 +50,12 @@ class GymAgent(Agent):
         helper = self.helpers[self.task_name]
         key, act_name, dtype = self._obs_spec.name, self._act_name, self._obs_spec.np_dtype
         # Bound once: this loop runs once per env step of every agent.
-        predict, env_step, store_data = helper.predict, self.env_step, helper.store_data
+        predict, env_step, store_step = helper.predict, self.env_step, helper.store_step
         obs = np.asarray(self.reset_env(), dtype=dtype)
         while True:
             action = predict({key: obs})[act_name]
             step = env_step(action)
-            store_data({key: obs}, {act_name: action}, step.reward)
+            store_step(step.reward)
             obs = step.obs
             if type(obs) is not np.ndarray or obs.dtype != dtype:
                 obs = np.asarray(obs, dtype=dtype)

@@ -56,7 +56,7 @@ class Agent:
                 while True:
                     action = self.helpers["RL"].predict({"obs": obs})["action"]
                     step = self.env_step(action)
-                    self.helpers["RL"].store_data({"obs": obs}, {"action": action}, step.reward)
+                    self.helpers["RL"].store_step(step.reward)  # the inputs and actions of that predict
                     obs = step.obs
                     if step.done:
                         self.helpers["RL"].store_final({"obs": obs}, step.terminated)

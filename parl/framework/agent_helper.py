@@ -119,6 +119,8 @@ class AgentHelper:
         self._accepted_pairs: tuple[tuple[str, Any], ...] = ()
         self._accepted: dict[str, np.ndarray] = {}
         self._returned_actions: dict[str, Any] = {}
+        # Whether the latest predict's step is still to be recorded (store_step records it once).
+        self._step_open = False
         self._action_dtypes = {spec.name: spec.np_dtype for spec in self.action_specs}
         self._only_action = self.action_specs[0].name if len(self.action_specs) == 1 else None
         # One scalar reward field: a float reward is stored without the general check.
@@ -137,6 +139,7 @@ class AgentHelper:
         self.states = zeros_for(self.state_specs, 1)
         self._pre_states = None
         self._prev = None
+        self._step_open = False
 
     # ------------------------------------------------------------ predict
     def predict(self, inputs: Mapping[str, Any], explore: bool = True) -> dict[str, np.ndarray]:
@@ -154,6 +157,7 @@ class AgentHelper:
         actions = {only: pred.actions[only][row]} if only is not None else {k: v[row] for k, v in pred.actions.items()}
         # The task produced these actions, so store_data of the very same objects skips their check.
         self._returned_actions = actions
+        self._step_open = True
         return actions
 
     @property
@@ -201,7 +205,9 @@ class AgentHelper:
                 and math.isfinite(rewards)
             ):
                 self._pre_states = None
+                self._step_open = False
                 return
+        self._step_open = False
         if self._consumes_nothing:
             self._validate_step(inputs, actions, rewards, game_over, extras)
             return
@@ -233,6 +239,43 @@ class AgentHelper:
         self._prev = record if game_over == GameOver.NOT_OVER else None
         if game_over != GameOver.NOT_OVER:
             self.on_episode_end(game_over)
+
+    def store_step(self, rewards: Mapping[str, Any] | float, extras: Mapping[str, Any] | None = None) -> None:
+        """Record the step of the latest :meth:`predict` with its ``rewards``.
+
+        The same as :meth:`store_data` given the very inputs that ``predict``
+        was given and the actions it returned, so nothing is built or checked
+        twice; the common loop's shorter form::
+
+            action = helper.predict({"obs": obs})["action"]
+            step = self.env_step(action)
+            helper.store_step(step.reward)
+
+        Each ``predict`` is recorded once: a second ``store_step`` (or one
+        after :meth:`store_data` recorded that step) raises.
+
+        Raises:
+            SpecError: (a ``ValueError``) no step of a ``predict`` is waiting
+                to be recorded, or the rewards or extras do not match the specs.
+        """
+        if not self._step_open:
+            raise SpecError(
+                f"agent {self.agent_id}, task {self.name!r}: store_step records the step of the latest predict, "
+                "and there is none waiting (call predict first; each predict is recorded once)"
+            )
+        spec = self._scalar_reward
+        if (
+            self._consumes_nothing
+            and extras is None
+            and spec is not None
+            and type(rewards) is float
+            and (math.isfinite(rewards) or spec.allow_nan)
+        ):
+            # Once per agent step of a helper that keeps nothing: predict checked the rest.
+            self._step_open = False
+            self._pre_states = None
+            return
+        self.store_data(dict(self._accepted_pairs), self._returned_actions, rewards, extras=extras)
 
     def _validate_step(
         self,
