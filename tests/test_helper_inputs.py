@@ -57,7 +57,8 @@ def test_store_data_of_other_objects_than_predict_saw_is_checked() -> None:
 
 def _helper_pair() -> tuple[parl.ComputationWrapper, RecordingHelper, RecordingHelper]:
     wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
-    return wrapper, RecordingHelper("RL", wrapper.create_communicator(0)), RecordingHelper("RL", wrapper.create_communicator(1))
+    first, second = (RecordingHelper("RL", wrapper.create_communicator(i)) for i in (0, 1))
+    return wrapper, first, second
 
 
 @pytest.mark.timeout(30)
@@ -117,3 +118,21 @@ def test_store_step_records_each_predict_once_and_checks_its_reward() -> None:
             keeps_nothing.store_step(1.0)
     finally:
         wrapper.stop()
+
+
+@pytest.mark.timeout(30)
+def test_game_over_given_as_an_int_is_read_as_its_status_and_a_bad_one_is_refused() -> None:
+    wrapper, as_int, as_member = _helper_pair()
+    wrapper.start()
+    try:
+        for helper, status in ((as_int, int(parl.GameOver.TERMINATED)), (as_member, parl.GameOver.TERMINATED)):
+            obs = np.array([1.0, 2.0], np.float32)
+            a = helper.predict({"obs": obs})["action"]
+            helper.store_data({"obs": obs}, {"action": a}, 1.0)
+            helper.store_data({"obs": obs}, game_over=status)
+        with pytest.raises(ValueError):
+            as_int.store_data({"obs": np.zeros(2, np.float32)}, game_over=7)
+    finally:
+        wrapper.stop()
+    (t_int,), (t_member,) = as_int.transitions, as_member.transitions
+    assert bool(t_int.terminal[0]) and bool(t_member.terminal[0])

@@ -189,7 +189,8 @@ class AgentHelper:
         :meth:`store_final`.
         """
         if game_over is not GameOver.NOT_OVER:
-            game_over = GameOver(int(game_over))
+            if type(game_over) is not GameOver:  # an int (store_final passes a member: no lookup)
+                game_over = GameOver(int(game_over))
         elif self._consumes_nothing and extras is None and actions is not None and type(rewards) is float:
             # Once per agent step of a helper that keeps nothing: the objects predict was given and
             # returned, with a finite float reward, need no check (anything else takes the full one).
