@@ -113,8 +113,9 @@ def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, second
                 obs, _ = env.reset()
 
     envs = [make_env() for _ in range(n)]
-    for i, env in enumerate(envs):
-        greenlet.greenlet(agent).switch(env, i)  # runs to its first request
+    agents = [greenlet.greenlet(agent) for _ in envs]
+    for i, (g, env) in enumerate(zip(agents, envs)):
+        g.switch(env, i)  # runs to its first request
     start, cpu = time.perf_counter(), time.process_time()
     with paddle.no_grad():
         while time.perf_counter() - start < seconds:
@@ -126,6 +127,8 @@ def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, second
                     g.switch(action)
     rate = steps / (time.perf_counter() - start)
     cpu_us = (time.process_time() - cpu) / steps * 1e6
+    for g in agents:
+        g.throw(greenlet.GreenletExit)  # ends each agent where it waits
     for env in envs:
         env.close()
     return rate, cpu_us

@@ -110,6 +110,7 @@ def test_store_step_records_each_predict_once_and_checks_its_reward() -> None:
         keeps_nothing.predict({"obs": np.zeros(2, np.float32)})
         with pytest.raises(ValueError, match=r"rewards field 'reward': expected finite values, got nan"):
             keeps_nothing.store_step(float("nan"))
+        keeps_nothing.store_step(1.0)  # the refused record left the step open
         keeps_nothing.predict({"obs": np.zeros(2, np.float32)})
         keeps_nothing.store_step({"reward": np.float32(2.0)})  # the general form of rewards works too
         keeps_nothing.predict({"obs": np.zeros(2, np.float32)})
@@ -136,3 +137,33 @@ def test_game_over_given_as_an_int_is_read_as_its_status_and_a_bad_one_is_refuse
         wrapper.stop()
     (t_int,), (t_member,) = as_int.transitions, as_member.transitions
     assert bool(t_int.terminal[0]) and bool(t_member.terminal[0])
+
+
+@pytest.mark.timeout(30)
+def test_store_step_goes_through_an_overridden_store_data() -> None:
+    class CountingHelper(parl.AgentHelper):
+        """Keeps nothing, but counts what it is given (an override users rely on)."""
+
+        def __init__(self, name: str, comm: parl.Communicator) -> None:
+            super().__init__(name, comm)
+            self.rewards: list[float] = []
+
+        def store_data(self, inputs, actions=None, rewards=None, game_over=parl.GameOver.NOT_OVER, extras=None):  # type: ignore[no-untyped-def]
+            if rewards is not None:
+                self.rewards.append(float(rewards))  # type: ignore[arg-type]
+            super().store_data(inputs, actions, rewards, game_over, extras)
+
+    wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
+    helper = CountingHelper("RL", wrapper.create_communicator(0))
+    wrapper.start()
+    try:
+        for r in (1.0, 2.0):
+            helper.predict({"obs": np.zeros(2, np.float32)})
+            helper.store_step(r)
+        helper.predict({"obs": np.zeros(2, np.float32)})
+        helper.last_prediction = None  # a prediction made elsewhere closes the step of the last predict
+        with pytest.raises(ValueError, match="call predict first"):
+            helper.store_step(3.0)
+    finally:
+        wrapper.stop()
+    assert helper.rewards == [1.0, 2.0]

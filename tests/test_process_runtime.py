@@ -434,3 +434,52 @@ def test_every_episode_that_ends_in_a_busy_worker_is_counted_once() -> None:
     assert report.episodes >= 300
     assert report.episodes == _EndCountingEnv.ended.value
     assert all(len(report.returns[i]) > 0 for i in range(8))  # agents of both workers reported
+
+
+class _ScriptedConn:
+    """A worker's prediction connection whose learner answers with ``reply``."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply = reply
+        self.sent: list[bytes] = []
+
+    def send_bytes(self, data: bytes) -> None:
+        self.sent.append(bytes(data))
+
+    def recv_bytes(self) -> bytes:
+        return self.reply
+
+
+class _AnswerSink:
+    def __init__(self) -> None:
+        self.answers: list[object] = []
+
+    def put_prediction_return(self, item: object) -> None:
+        self.answers.append(item)
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_fails_its_agents_on_a_reply_it_cannot_read() -> None:
+    """An unknown reply tag is a protocol error named as such, not taken for a lost learner."""
+    import pickle
+    from types import SimpleNamespace
+
+    from parl.framework.communicator import Failure, PredictRequest
+    from parl.runtimes.processes import _ERROR, _INLINE, TaskSpecs, _RemoteWrapper
+
+    _, task, _ = _greedy_link()
+    specs = TaskSpecs.of(task, parl.WrapperConfig())
+    messenger = SimpleNamespace(stop_event=mp.Event(), flush_due=lambda: None)
+    obs = np.zeros(4, np.float32)
+    for reply, expected in (
+        (b"x", "the learner's reply has tag b'x'"),
+        (_ERROR + pickle.dumps((ValueError("refused by the task"), "tb")), "refused by the task"),
+    ):
+        conn = _ScriptedConn(reply)
+        wrapper = _RemoteWrapper(0, specs, None, conn, messenger)  # type: ignore[arg-type]
+        sinks = [_AnswerSink(), _AnswerSink()]
+        wrapper.serve_predictions([(s, PredictRequest({"obs": obs}, {}, False, True)) for s in sinks])  # type: ignore[misc]
+        assert conn.sent and conn.sent[0][:1] == _INLINE  # no shared memory: the arrays went inline
+        for sink in sinks:
+            (answer,) = sink.answers
+            assert isinstance(answer, Failure) and expected in str(answer.error)

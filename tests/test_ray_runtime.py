@@ -77,7 +77,7 @@ def test_ray_runtime_batches_predictions_and_learns() -> None:
     assert set(threading.enumerate()) <= threads_before
 
 
-def test_every_actor_says_goodbye_with_its_final_states_and_the_stop_is_prompt() -> None:
+def test_every_actor_says_goodbye_with_its_final_states_and_leaves_no_prediction_thread() -> None:
     """A Ray actor's process outlives its run: its prediction connection must not hold up the stop."""
     manager = parl.Manager(
         [echo_task_config()], StepAgent, lambda i: CounterEnv(tag=i, length=10), _config(max_episodes=100)

@@ -32,10 +32,11 @@ class _CountingEnv(gym.Wrapper):
 def test_blocking_floor_steps_every_agent_and_reports_its_cpu() -> None:
     _CountingEnv.steps = 0
     rate, cpu_us = throughput.blocking_floor(lambda: _CountingEnv(gym.make("CartPole-v1")), 4, 8, 0.3)
-    assert _CountingEnv.steps > 1_000  # the greenlet agents took real env steps
-    assert rate > 0 and math.isfinite(cpu_us) and cpu_us > 0
-    # The rate counts exactly the steps taken in the window (the warm-up of each agent is one reset).
-    assert rate * 0.3 <= _CountingEnv.steps * 1.5
+    assert _CountingEnv.steps >= 20 * 8  # at least one batch of rounds: each of the 8 agents stepped 20 times
+    assert math.isfinite(cpu_us) and cpu_us > 0
+    # The rate counts env steps the agents really took: over a window of at least 0.3 s it cannot
+    # claim more steps than the envs saw.
+    assert 0 < rate * 0.3 <= _CountingEnv.steps
 
 
 def test_floor_vector_loop_and_agent_path_agree_on_what_they_measure() -> None:
@@ -45,10 +46,7 @@ def test_floor_vector_loop_and_agent_path_agree_on_what_they_measure() -> None:
     row = throughput.agent_path(make_env, 16, 4, "coroutines", 0.3)
     for value in (ref, ref_cpu, floor, floor_cpu, row["steps_per_s"], row["cpu_us_per_step"]):
         assert math.isfinite(value) and value > 0
-    assert row["mean_batch"] > 1  # the agents' predictions were batched
-    # Each row's CPU per step is its CPU over its steps: at 2 cores or fewer busy, rate * cpu <= 2e6.
-    for rate, cpu in ((ref, ref_cpu), (floor, floor_cpu), (row["steps_per_s"], row["cpu_us_per_step"])):
-        assert rate * cpu <= 2.2e6 * max(1, throughput.os.cpu_count() or 1)
+    assert row["mean_batch"] > 3.5  # the 4 agents' predictions were served together
 
 
 def test_markdown_lists_the_floor_with_its_ratio() -> None:

@@ -84,7 +84,7 @@ class AgentHelper:
     In an agent::
 
         action = self.helpers["RL"].predict({"obs": obs})["action"]
-        self.helpers["RL"].store_data({"obs": obs}, {"action": action}, reward)
+        self.helpers["RL"].store_step(reward)   # or store_data({"obs": obs}, {"action": action}, reward)
         ...
         self.helpers["RL"].store_final({"obs": next_obs}, terminated=True)
     """
@@ -115,6 +115,8 @@ class AgentHelper:
         self._consumes_nothing = not self._wants_transitions and (
             type(self).on_episode_end is AgentHelper.on_episode_end
         )
+        # store_step skips store_data only when nothing would run there: no hook, no override.
+        self._store_step_checks_only = self._consumes_nothing and type(self).store_data is AgentHelper.store_data
         # The (key, object) pairs the latest predict was given, and the arrays the task accepted for them.
         self._accepted_pairs: tuple[tuple[str, Any], ...] = ()
         self._accepted: dict[str, np.ndarray] = {}
@@ -171,6 +173,7 @@ class AgentHelper:
     @last_prediction.setter
     def last_prediction(self, pred: Prediction | None) -> None:
         self._pred, self._row = pred, None
+        self._step_open = False  # a prediction made elsewhere: store_step has no inputs of it
 
     # --------------------------------------------------------- experience
     def store_data(
@@ -208,9 +211,9 @@ class AgentHelper:
                 self._pre_states = None
                 self._step_open = False
                 return
-        self._step_open = False
         if self._consumes_nothing:
             self._validate_step(inputs, actions, rewards, game_over, extras)
+            self._step_open = False  # recorded (a step that failed its checks stays open)
             return
         # The states that go with these inputs: those the prediction on them used, or, when there
         # was no prediction since the last record (the final observation), the current states.
@@ -234,6 +237,7 @@ class AgentHelper:
                 record["extras"] = self._extras_from_prediction()
             else:
                 record["extras"] = self._check(extras, self.extra_specs, "extras") if self.extra_specs or extras else {}
+        self._step_open = False  # recorded (a step that failed its checks stays open)
         prev = self._prev
         if prev is not None and prev["game_over"] == GameOver.NOT_OVER and self._wants_transitions:
             self._completed(prev, record)
@@ -252,8 +256,12 @@ class AgentHelper:
             step = self.env_step(action)
             helper.store_step(step.reward)
 
-        Each ``predict`` is recorded once: a second ``store_step`` (or one
-        after :meth:`store_data` recorded that step) raises.
+        ``extras`` are the per-sample extras to learn from, as in
+        :meth:`store_data`; None takes them from the prediction. A helper that
+        overrides ``store_data`` gets the call there. Each ``predict`` is
+        recorded once: a second ``store_step`` (or one after
+        :meth:`store_data` recorded that step) raises; one that failed its
+        checks leaves the step open.
 
         Raises:
             SpecError: (a ``ValueError``) no step of a ``predict`` is waiting
@@ -266,7 +274,7 @@ class AgentHelper:
             )
         spec = self._scalar_reward
         if (
-            self._consumes_nothing
+            self._store_step_checks_only
             and extras is None
             and spec is not None
             and type(rewards) is float

@@ -304,8 +304,10 @@ class _RemoteWrapper:
                 status, out = "ok", self.reply.read(rows, copy=True)
             elif tag == _INLINE:
                 status, out = "ok", pickle.loads(reply[1:])
-            else:
+            elif tag == _ERROR:
                 status, payload = "error", pickle.loads(reply[1:])
+            else:
+                raise RuntimeError(f"the learner's reply has tag {tag!r}, expected one of {[_OK, _INLINE, _ERROR]}")
         except (EOFError, OSError) as exc:
             status, payload = "error", (exc, "the learner process is gone")
         except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
@@ -442,8 +444,6 @@ class _WorkerControl(RunControl):
 
 
 def _picklable(error: BaseException) -> BaseException:
-    import pickle
-
     try:
         pickle.dumps(error)
         return error
