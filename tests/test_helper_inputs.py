@@ -167,3 +167,28 @@ def test_store_step_goes_through_an_overridden_store_data() -> None:
     finally:
         wrapper.stop()
     assert helper.rewards == [1.0, 2.0]
+
+
+@pytest.mark.timeout(30)
+def test_final_observations_are_checked_on_both_paths_whatever_the_helper_keeps() -> None:
+    """The plain one-field check of final observations refuses and accepts what the full check does."""
+    wrapper, keeps, _ = _helper_pair()
+    keeps_nothing = parl.AgentHelper("RL", wrapper.create_communicator(7))
+    wrapper.start()
+    try:
+        for helper in (keeps, keeps_nothing):
+            obs = np.array([1.0, 2.0], np.float32)
+            helper.start_episode()
+            a = helper.predict({"obs": obs})["action"]
+            helper.store_step(1.0)
+            with pytest.raises(ValueError, match=r"inputs field 'obs': .*NaN or inf"):
+                helper.store_final({"obs": np.array([np.nan, 0.0], np.float32)}, terminated=True)
+            with pytest.raises(ValueError, match=r"inputs field 'obs': expected shape \(2,\)"):
+                helper.store_final({"obs": np.zeros(3, np.float32)}, terminated=True)
+            assert a is not None
+            helper.store_final({"obs": np.array([5.0, 6.0])}, terminated=False)  # float64: converted, accepted
+    finally:
+        wrapper.stop()
+    (t,) = keeps.transitions
+    np.testing.assert_array_equal(t.next_inputs["obs"][0], np.array([5.0, 6.0], np.float32))
+    assert t.next_inputs["obs"].dtype == np.float32 and not bool(t.terminal[0]) and bool(t.segment_end[0])

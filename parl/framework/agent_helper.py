@@ -15,7 +15,7 @@ import numpy as np
 from parl.algorithms.functional import n_step_return
 from parl.data.prioritized_replay import PrioritizedReplayBuffer
 from parl.data.replay_buffer import ReplayBuffer
-from parl.data.specs import FieldSpec, SpecError, check_fields, zeros_for
+from parl.data.specs import FieldSpec, SpecError, all_finite, check_fields, zeros_for
 from parl.framework.communicator import Communicator, ThreadReturnQueue, slice_prediction
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
@@ -46,6 +46,11 @@ class GameOver(enum.IntEnum):
     NOT_OVER = 0
     TERMINATED = 1
     TRUNCATED = 2
+
+
+# The members as plain module names: ``GameOver.NOT_OVER`` goes through the enum class's attribute
+# lookup (about 65 ns), and store_data compares with it on every agent step.
+_NOT_OVER, _TERMINATED, _TRUNCATED = GameOver.NOT_OVER, GameOver.TERMINATED, GameOver.TRUNCATED
 
 
 class LearnTrigger(enum.Enum):
@@ -125,6 +130,9 @@ class AgentHelper:
         self._step_open = False
         self._action_dtypes = {spec.name: spec.np_dtype for spec in self.action_specs}
         self._only_action = self.action_specs[0].name if len(self.action_specs) == 1 else None
+        # One input field: an observation given as an array of exactly its spec's shape and dtype is
+        # checked without the general machinery (the final observation of every episode).
+        self._single_input = self.input_specs[0] if len(self.input_specs) == 1 else None
         # One scalar reward field: a float reward is stored without the general check.
         only = self.reward_specs[0] if len(self.reward_specs) == 1 else None
         self._scalar_reward = only if only is not None and only.shape == () and only.np_dtype.kind == "f" else None
@@ -138,7 +146,7 @@ class AgentHelper:
 
     def start_episode(self) -> None:
         """Reset the recurrent state and forget the last experience (called by the Agent)."""
-        self.states = zeros_for(self.state_specs, 1)
+        self.states = zeros_for(self.state_specs, 1) if self.state_specs else {}
         self._pre_states = None
         self._prev = None
         self._step_open = False
@@ -191,7 +199,7 @@ class AgentHelper:
         ``TERMINATED`` or ``TRUNCATED`` and no actions or rewards; see
         :meth:`store_final`.
         """
-        if game_over is not GameOver.NOT_OVER:
+        if game_over is not _NOT_OVER:
             if type(game_over) is not GameOver:  # an int (store_final passes a member: no lookup)
                 game_over = GameOver(int(game_over))
         elif self._consumes_nothing and extras is None and actions is not None and type(rewards) is float:
@@ -220,11 +228,13 @@ class AgentHelper:
         states = self._pre_states if self._pre_states is not None else self.states
         self._pre_states = None
         record: dict[str, Any] = {
-            "inputs": self._accepted_inputs(inputs) or self._check(inputs, self.input_specs, "inputs"),
+            "inputs": self._accepted_inputs(inputs)
+            or self._plain_input(inputs)
+            or self._check(inputs, self.input_specs, "inputs"),
             "states": states,
             "game_over": game_over,
         }
-        if game_over == GameOver.NOT_OVER:
+        if game_over == _NOT_OVER:
             if actions is None or rewards is None:
                 raise SpecError(
                     f"agent {self.agent_id}, task {self.name!r}: store_data of a step that is not game over "
@@ -239,10 +249,10 @@ class AgentHelper:
                 record["extras"] = self._check(extras, self.extra_specs, "extras") if self.extra_specs or extras else {}
         self._step_open = False  # recorded (a step that failed its checks stays open)
         prev = self._prev
-        if prev is not None and prev["game_over"] == GameOver.NOT_OVER and self._wants_transitions:
+        if prev is not None and prev["game_over"] == _NOT_OVER and self._wants_transitions:
             self._completed(prev, record)
-        self._prev = record if game_over == GameOver.NOT_OVER else None
-        if game_over != GameOver.NOT_OVER:
+        self._prev = record if game_over == _NOT_OVER else None
+        if game_over != _NOT_OVER:
             self.on_episode_end(game_over)
 
     def store_step(self, rewards: Mapping[str, Any] | float, extras: Mapping[str, Any] | None = None) -> None:
@@ -301,9 +311,9 @@ class AgentHelper:
         identity and one comparison; anything else takes the full check.
         """
         self._pre_states = None
-        if self._accepted_inputs(inputs) is None:
+        if self._accepted_inputs(inputs) is None and self._plain_input(inputs) is None:
             self._check(inputs, self.input_specs, "inputs")
-        if game_over is not GameOver.NOT_OVER:  # store_data made it a GameOver
+        if game_over is not _NOT_OVER:  # store_data made it a GameOver
             return
         if actions is None or rewards is None:
             raise SpecError(
@@ -381,6 +391,21 @@ class AgentHelper:
                     return None
         return self._accepted
 
+    def _plain_input(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+        """``{name: array}`` when ``inputs`` is the single input field as an array of exactly its spec's
+        shape and dtype, with no NaN or inf where the spec forbids them; else None (the full check
+        then accepts it, converts it or says what is wrong)."""
+        spec = self._single_input
+        if spec is None or type(inputs) is not dict or len(inputs) != 1:
+            return None
+        arr = inputs.get(spec.name)
+        if type(arr) is not np.ndarray or arr.shape != spec.shape:
+            return None
+        if arr.dtype is not spec.np_dtype and arr.dtype != spec.np_dtype:
+            return None
+        checked = {spec.name: arr}
+        return checked if all_finite(checked, self.input_specs) else None
+
     def _extras_from_prediction(self) -> dict[str, np.ndarray]:
         """Per-sample extras the algorithm asked to learn from, taken from this step's prediction."""
         if not self.extra_specs:
@@ -398,7 +423,7 @@ class AgentHelper:
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         """Record the final observation of an episode: terminated (True) or truncated (False)."""
-        self.store_data(inputs, game_over=GameOver.TERMINATED if terminated else GameOver.TRUNCATED)
+        self.store_data(inputs, game_over=_TERMINATED if terminated else _TRUNCATED)
 
     def _completed(self, prev: dict[str, Any], cur: dict[str, Any]) -> None:
         """A transition is complete: ``prev`` and ``cur`` are the records of two consecutive steps.
@@ -418,8 +443,8 @@ class AgentHelper:
             actions=rows(prev["actions"]),
             rewards=rows(prev["rewards"]),
             next_inputs=rows(cur["inputs"]),
-            terminal=np.array([over == GameOver.TERMINATED]),
-            segment_end=np.array([over != GameOver.NOT_OVER]),
+            terminal=np.array([over == _TERMINATED]),
+            segment_end=np.array([over != _NOT_OVER]),
             states=dict(prev["states"]),
             next_states=dict(cur["states"]),
             extras=rows(prev["extras"]),
@@ -477,14 +502,14 @@ def _stacked_transitions(pairs: list[list[Any]]) -> TrainingBatch:
         return {k: np.concatenate([p[side]["states"][k] for p in pairs]) for k in first}
 
     over = [p[1]["game_over"] for p in pairs]
-    seg = np.array([o != GameOver.NOT_OVER or p[2] for o, p in zip(over, pairs)], bool)
+    seg = np.array([o != _NOT_OVER or p[2] for o, p in zip(over, pairs)], bool)
     seg[-1] = True
     return TrainingBatch(
         inputs=stack("inputs", 0),
         actions=stack("actions", 0),
         rewards=stack("rewards", 0),
         next_inputs=stack("inputs", 1),
-        terminal=np.array([o == GameOver.TERMINATED for o in over], bool),
+        terminal=np.array([o == _TERMINATED for o in over], bool),
         segment_end=seg,
         states=concat(0),
         next_states=concat(1),
