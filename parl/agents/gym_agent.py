@@ -57,7 +57,7 @@ class GymAgent(Agent):
             step = env_step(action)
             store_step(step.reward)
             obs = step.obs
-            if type(obs) is not np.ndarray or obs.dtype != dtype:
+            if type(obs) is not np.ndarray or (obs.dtype is not dtype and obs.dtype != dtype):
                 obs = np.asarray(obs, dtype=dtype)
             if step.terminated or step.truncated:
                 helper.store_final({key: obs}, step.terminated)

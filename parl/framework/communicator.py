@@ -160,6 +160,11 @@ class Communicator:
         specs = wrapper.task.input_specs
         stateless = not wrapper.task.state_specs
         self._only_input = (specs[0].name, specs[0].shape, specs[0].np_dtype) if len(specs) == 1 and stateless else None
+        # predict_sample's request, refilled on every call: this agent has at most one prediction in
+        # flight, and whoever serves it is done with it once the answer is out (the one place that
+        # creates and drops an object per agent step otherwise).
+        self._sample_request = PredictRequest({}, {}, True, single=True)
+        self._sample_item = (self, self._sample_request)
 
     # ------------------------------------------------------------ prediction
     def put_prediction_data(self, inputs: dict[str, Any], states: dict[str, Any], explore: bool = True) -> None:
@@ -225,10 +230,12 @@ class Communicator:
         only = self._only_input
         if only is not None and not states and type(inputs) is dict and len(inputs) == 1:
             arr = inputs.get(only[0])
-            if type(arr) is np.ndarray and arr.shape == only[1] and arr.dtype == only[2]:
+            if type(arr) is np.ndarray and arr.shape == only[1] and (arr.dtype is only[2] or arr.dtype == only[2]):
                 # A dict of our own: the caller may change theirs after this call.
                 checked = {only[0]: arr}
-                self.prediction_q.put((self, PredictRequest(checked, states, explore, True)))
+                request = self._sample_request
+                request.inputs, request.states, request.explore = checked, states, explore
+                self.prediction_q.put(self._sample_item)
                 item = self.prediction_return_q.get(wrapper.check_alive)
                 if type(item) is tuple:
                     return checked, item[0], item[1]
