@@ -224,10 +224,14 @@ def test_a_stopped_and_resumed_run_matches_an_uninterrupted_one(tmp_path) -> Non
     assert a.env_steps == b.env_steps == 2_000
     assert b.segments == 2 and a.segments == 1
     # learning went on from where it stopped: as many samples learned as without the stop, give or take the
-    # chunks the agents held at the stop; how they group into calls depends on timing
+    # chunks the agents held at the stop
     assert b.learn_calls["RL"] > first.counters.learn_calls["RL"]
     assert abs(a.learn_samples["RL"] - b.learn_samples["RL"]) <= 3 * 4 * 8
-    assert abs(a.learn_calls["RL"] - b.learn_calls["RL"]) <= max(3, 0.2 * a.learn_calls["RL"])
+    # How the chunks group into calls depends on timing (a loaded machine merges more or fewer of them),
+    # so only what holds whatever the grouping: a call learns from one to all four agents' chunks of at
+    # most 8 transitions each.
+    for c in (a, b):
+        assert c.learn_samples["RL"] / (4 * 8) <= c.learn_calls["RL"] <= c.learn_samples["RL"]
     # evaluations of both segments, at the same steps as the uninterrupted run
     # (evaluations run from the manager's poll loop, a few steps after they are due; the last one at the end)
     for history in (a.evaluations, b.evaluations):
