@@ -359,8 +359,8 @@ def test_stop_from_another_thread_returns_and_leaves_no_thread(runtime: str) -> 
     assert wait_until(lambda: manager.control is not None and manager.control.env_steps > 0)
     start = time.monotonic()
     manager.stop()
-    runner.join(5.0)
-    assert not runner.is_alive() and time.monotonic() - start < 3.0
+    runner.join(10.0)
+    assert not runner.is_alive() and time.monotonic() - start < 10.0  # seconds, not the 60 s budget
     assert reports and reports[0].steps > 0
     assert threads_started_since(before, grace_s=5.0) == []
 

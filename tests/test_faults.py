@@ -106,7 +106,8 @@ def test_guarded_env_detects_a_hang_and_kills_the_env_process() -> None:
     start = time.monotonic()
     with pytest.raises(parl.EnvFault, match="step hung") as info:
         env.step(0)
-    assert info.value.kind == "hang" and time.monotonic() - start < 2.0
+    # the 0.3 s step timeout plus killing and rebuilding the env process (generous: a loaded machine)
+    assert info.value.kind == "hang" and time.monotonic() - start < 5.0
     assert events == ["env_hangs", "envs_rebuilt"]
     assert len(mp.active_children()) == 1  # the hung process is gone, its replacement runs
     obs, _ = env.reset()
