@@ -65,26 +65,38 @@ def bare_env(make_env: Callable[[], gym.Env], seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> tuple[float, float]:
-    """Env steps per second of a SyncVectorEnv loop with one batched forward per step, and its CPU µs per step."""
-    model = MLPPolicy(obs_dim)
-    envs = gym.vector.SyncVectorEnv([make_env for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-    obs, _ = envs.reset(seed=0)
-    # The observations go into the network the way the agent path's task does it (one tensor refilled
-    # in place): paddle.to_tensor costs about 10 µs a call, which would slow the reference at small N.
-    staging = TensorStaging()
+def _greedy(model: MLPPolicy, staging: TensorStaging, obs: np.ndarray) -> np.ndarray:
+    """The reference forward: ``obs`` into one tensor refilled in place, as the agent path's task does
+    (paddle.to_tensor costs about 10 µs a call, which would slow the reference at small N)."""
+    return model.policy({"obs": staging.tensor("obs", obs.astype(np.float32, copy=False))}).argmax(axis=-1).numpy()
+
+
+def _timed(seconds: float, one_round: Callable[[], int]) -> tuple[float, float]:
+    """Env steps per second and CPU µs per step of ``one_round`` (which returns its env steps),
+    repeated without gradients for ``seconds``."""
     steps, start, cpu = 0, time.perf_counter(), time.process_time()
     with paddle.no_grad():
         while time.perf_counter() - start < seconds:
             for _ in range(20):
-                x = staging.tensor("obs", obs.astype(np.float32, copy=False))
-                actions = model.policy({"obs": x}).argmax(axis=-1).numpy()
-                obs, _, _, _, _ = envs.step(actions)
-                steps += n
-    rate = steps / (time.perf_counter() - start)
-    cpu_us = (time.process_time() - cpu) / steps * 1e6
-    envs.close()
-    return rate, cpu_us
+                steps += one_round()
+    return steps / (time.perf_counter() - start), (time.process_time() - cpu) / steps * 1e6
+
+
+def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> tuple[float, float]:
+    """Env steps per second of a SyncVectorEnv loop with one batched forward per step, and its CPU µs per step."""
+    model, staging = MLPPolicy(obs_dim), TensorStaging()
+    envs = gym.vector.SyncVectorEnv([make_env for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    obs = envs.reset(seed=0)[0]
+
+    def one_round() -> int:
+        nonlocal obs
+        obs = envs.step(_greedy(model, staging, obs))[0]
+        return n
+
+    try:
+        return _timed(seconds, one_round)
+    finally:
+        envs.close()
 
 
 def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> tuple[float, float]:
@@ -95,43 +107,38 @@ def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, second
     What the agent path costs above this row is the framework's own cost; what this row costs above
     the vector loop is the cost of writing agents in blocking style (two greenlet switches per step).
     """
-    model = MLPPolicy(obs_dim)
-    staging = TensorStaging()
+    model, staging = MLPPolicy(obs_dim), TensorStaging()
     hub = greenlet.getcurrent()
     pending: list[tuple[greenlet.greenlet, np.ndarray]] = []
-    steps = 0
 
     def agent(env: gym.Env, seed: int) -> None:
-        nonlocal steps
         obs, _ = env.reset(seed=seed)
         me = greenlet.getcurrent()
         while True:
             pending.append((me, obs))
             obs, _, terminated, truncated, _ = env.step(hub.switch())
-            steps += 1
             if terminated or truncated:
                 obs, _ = env.reset()
+
+    def one_round() -> int:
+        nonlocal pending
+        batch, pending = pending, []
+        actions = _greedy(model, staging, np.stack([obs for _, obs in batch]))
+        for (g, _), action in zip(batch, actions):
+            g.switch(action)  # the agent steps its env and comes back with its next request
+        return len(batch)
 
     envs = [make_env() for _ in range(n)]
     agents = [greenlet.greenlet(agent) for _ in envs]
     for i, (g, env) in enumerate(zip(agents, envs)):
         g.switch(env, i)  # runs to its first request
-    start, cpu = time.perf_counter(), time.process_time()
-    with paddle.no_grad():
-        while time.perf_counter() - start < seconds:
-            for _ in range(20):
-                batch, pending = pending, []
-                x = staging.tensor("obs", np.stack([obs for _, obs in batch]).astype(np.float32, copy=False))
-                actions = model.policy({"obs": x}).argmax(axis=-1).numpy()
-                for (g, _), action in zip(batch, actions):
-                    g.switch(action)
-    rate = steps / (time.perf_counter() - start)
-    cpu_us = (time.process_time() - cpu) / steps * 1e6
-    for g in agents:
-        g.throw(greenlet.GreenletExit)  # ends each agent where it waits
-    for env in envs:
-        env.close()
-    return rate, cpu_us
+    try:
+        return _timed(seconds, one_round)
+    finally:
+        for g in agents:
+            g.throw(greenlet.GreenletExit)  # ends each agent where it waits
+        for env in envs:
+            env.close()
 
 
 def _busy_loop(seconds: float, out: Any) -> None:
@@ -228,6 +235,21 @@ def agent_path(
         "max_batch": stats.max_batch,
         "cpu_us_per_step": window.cpu_us_per_step if runtime != "ray" else float("nan"),
         "learner_cpu_us_per_step": window.learner_cpu_us_per_step,
+    }
+
+
+def _loop_row(env_name: str, label: str, n: int, rate: float, cpu_us: float, ref: float) -> dict[str, Any]:
+    """A row of one process with no framework (the reference or the floor): print and return it."""
+    shown = f"{env_name:12s} {label:24s} N={n:<4d}{rate:10.0f} steps/s ratio {rate / ref:.2f}"
+    print(f"{shown} cpu {cpu_us:.1f} us/step", flush=True)
+    return {
+        "env": env_name,
+        "row": label,
+        "n": n,
+        "steps_per_s": rate,
+        "ratio": rate / ref,
+        "cpu_us_per_step": cpu_us,
+        "learner_cpu_us_per_step": cpu_us,
     }
 
 
@@ -392,38 +414,9 @@ def main(argv: list[str] | None = None) -> None:
         for n in ns:
             ref, ref_cpu = vector_loop(make_env, obs_dim, n, seconds)
             refs[(env_name, n)] = ref
-            rows.append(
-                {
-                    "env": env_name,
-                    "row": "vector loop (reference)",
-                    "n": n,
-                    "steps_per_s": ref,
-                    "ratio": 1.0,
-                    "cpu_us_per_step": ref_cpu,
-                    "learner_cpu_us_per_step": ref_cpu,
-                }
-            )
-            print(
-                f"{env_name:12s} vector loop              N={n:<4d}{ref:10.0f} steps/s cpu {ref_cpu:.1f} us/step",
-                flush=True,
-            )
+            rows.append(_loop_row(env_name, "vector loop (reference)", n, ref, ref_cpu, ref))
             floor, floor_cpu = blocking_floor(make_env, obs_dim, n, seconds)
-            rows.append(
-                {
-                    "env": env_name,
-                    "row": "blocking-style floor (no framework)",
-                    "n": n,
-                    "steps_per_s": floor,
-                    "ratio": floor / ref,
-                    "cpu_us_per_step": floor_cpu,
-                    "learner_cpu_us_per_step": floor_cpu,
-                }
-            )
-            print(
-                f"{env_name:12s} blocking-style floor     N={n:<4d}{floor:10.0f} steps/s ratio {floor / ref:.2f} "
-                f"cpu {floor_cpu:.1f} us/step",
-                flush=True,
-            )
+            rows.append(_loop_row(env_name, "blocking-style floor (no framework)", n, floor, floor_cpu, ref))
             for runtime, workers in runtimes:
                 if runtime == "threads" and n > 64:
                     continue  # 256 threads measure the GIL, not the design

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["FieldSpec", "check_fields", "zeros_for", "SpecError", "all_finite"]
+__all__ = ["FieldSpec", "check_fields", "fast_checked", "zeros_for", "SpecError", "all_finite"]
 
 
 class SpecError(ValueError):
@@ -108,7 +108,7 @@ def check_fields(
         )
     if not specs and not data:
         return {}
-    fast = _fast_check(data, specs, batch_size, batched, check_finite)
+    fast = fast_checked(data, specs, batch_size, batched, check_finite)
     if fast is not None:
         return fast
     expected = {s.name for s in specs}
@@ -151,12 +151,15 @@ def all_finite(data: Mapping[str, np.ndarray], specs: Sequence[FieldSpec]) -> bo
     return True
 
 
-def _fast_check(
+def fast_checked(
     data: Mapping[str, object], specs: Sequence[FieldSpec], batch_size: int | None, batched: bool, check_finite: bool
 ) -> dict[str, np.ndarray] | None:
     """The common case, checked cheaply: exact keys, ndarray of the right dtype and shape, finite.
 
-    Returns None whenever anything differs, and the full check then names the mistake.
+    Returns None whenever anything differs, and the full check (:func:`check_fields`) then accepts,
+    converts or names the mistake. Callers on a hot path call this first::
+
+        checked = fast_checked(data, specs, None, False, True) or check_fields(data, specs, task="RL", group="inputs")
     """
     if len(data) != len(specs):
         return None

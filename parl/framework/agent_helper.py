@@ -15,7 +15,7 @@ import numpy as np
 from parl.algorithms.functional import n_step_return
 from parl.data.prioritized_replay import PrioritizedReplayBuffer
 from parl.data.replay_buffer import ReplayBuffer
-from parl.data.specs import FieldSpec, SpecError, all_finite, check_fields, zeros_for
+from parl.data.specs import FieldSpec, SpecError, check_fields, fast_checked, zeros_for
 from parl.framework.communicator import Communicator, ThreadReturnQueue, slice_prediction
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
@@ -130,9 +130,6 @@ class AgentHelper:
         self._step_open = False
         self._action_dtypes = {spec.name: spec.np_dtype for spec in self.action_specs}
         self._only_action = self.action_specs[0].name if len(self.action_specs) == 1 else None
-        # One input field: an observation given as an array of exactly its spec's shape and dtype is
-        # checked without the general machinery (the final observation of every episode).
-        self._single_input = self.input_specs[0] if len(self.input_specs) == 1 else None
         # One scalar reward field: a float reward is stored without the general check.
         only = self.reward_specs[0] if len(self.reward_specs) == 1 else None
         self._scalar_reward = only if only is not None and only.shape == () and only.np_dtype.kind == "f" else None
@@ -392,19 +389,9 @@ class AgentHelper:
         return self._accepted
 
     def _plain_input(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
-        """``{name: array}`` when ``inputs`` is the single input field as an array of exactly its spec's
-        shape and dtype, with no NaN or inf where the spec forbids them; else None (the full check
-        then accepts it, converts it or says what is wrong)."""
-        spec = self._single_input
-        if spec is None or type(inputs) is not dict or len(inputs) != 1:
-            return None
-        arr = inputs.get(spec.name)
-        if type(arr) is not np.ndarray or arr.shape != spec.shape:
-            return None
-        if arr.dtype is not spec.np_dtype and arr.dtype != spec.np_dtype:
-            return None
-        checked = {spec.name: arr}
-        return checked if all_finite(checked, self.input_specs) else None
+        """The inputs as checked arrays when they need no conversion (the final observation of every
+        episode), without the general machinery; else None (then the full check runs)."""
+        return fast_checked(inputs, self.input_specs, None, False, True)
 
     def _extras_from_prediction(self) -> dict[str, np.ndarray]:
         """Per-sample extras the algorithm asked to learn from, taken from this step's prediction."""
