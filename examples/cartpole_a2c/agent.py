@@ -59,9 +59,8 @@ class RolloutAgent(GymAgent):
         obs = np.asarray(self.reset_env(), dtype=dtype)
         first = True
         while True:
-            action = helper.predict({key: obs})[self._act_name]
-            step = self.env_step(action)
-            helper.store_data({key: obs}, {self._act_name: action}, step.reward)
+            step = self.env_step(helper.act(obs))
+            helper.store_step(step.reward)
             if not first:  # storing a step completes the transition of the step before it
                 self._completed(helper)
             first = False

@@ -44,17 +44,15 @@ class GymAgent(Agent):
                 f"{[s.name for s in helper.input_specs]} and {[s.name for s in helper.action_specs]}"
             )
         self._obs_spec = helper.input_specs[0]
-        self._act_name = helper.action_specs[0].name
 
     def run_one_episode(self) -> float:
         helper = self.helpers[self.task_name]
-        key, act_name, dtype = self._obs_spec.name, self._act_name, self._obs_spec.np_dtype
+        key, dtype = self._obs_spec.name, self._obs_spec.np_dtype
         # Bound once: this loop runs once per env step of every agent.
-        predict, env_step, store_step = helper.predict, self.env_step, helper.store_step
+        act, env_step, store_step = helper.act, self.env_step, helper.store_step
         obs = np.asarray(self.reset_env(), dtype=dtype)
         while True:
-            action = predict({key: obs})[act_name]
-            step = env_step(action)
+            step = env_step(act(obs))
             store_step(step.reward)
             obs = step.obs
             if type(obs) is not np.ndarray or (obs.dtype is not dtype and obs.dtype != dtype):

@@ -123,16 +123,27 @@ class AgentHelper:
         # store_step skips store_data only when nothing would run there: no hook, no override.
         self._store_step_checks_only = self._consumes_nothing and type(self).store_data is AgentHelper.store_data
         # The (key, object) pairs the latest predict was given, and the arrays the task accepted for them.
-        self._accepted_pairs: tuple[tuple[str, Any], ...] = ()
+        self._accepted_pairs: tuple[tuple[str, Any], ...] | None = ()
         self._accepted: dict[str, np.ndarray] = {}
         self._returned_actions: dict[str, Any] = {}
         # Whether the latest predict's step is still to be recorded (store_step records it once).
         self._step_open = False
         self._action_dtypes = {spec.name: spec.np_dtype for spec in self.action_specs}
         self._only_action = self.action_specs[0].name if len(self.action_specs) == 1 else None
+        # One input field and no states: a sample goes out through the communicator's predict_row.
+        stateless_single = len(self.input_specs) == 1 and not self.state_specs
+        self._single_input = self.input_specs[0].name if stateless_single else None
+        self._request_row = comm.row_requester() if stateless_single else comm.predict_row
+        # What act() was given, sent and returned; the step's dicts above are built from these only
+        # when a record needs them (``_accepted_pairs`` is None until then).
+        self._act_given: Any = None
+        self._act_sent: Any = None
+        self._act_action: Any = None
         # One scalar reward field: a float reward is stored without the general check.
         only = self.reward_specs[0] if len(self.reward_specs) == 1 else None
         self._scalar_reward = only if only is not None and only.shape == () and only.np_dtype.kind == "f" else None
+        # store_step of a float reward does nothing but its check.
+        self._store_step_fast = self._store_step_checks_only and self._scalar_reward is not None
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
 
@@ -151,7 +162,12 @@ class AgentHelper:
     # ------------------------------------------------------------ predict
     def predict(self, inputs: Mapping[str, Any], explore: bool = True) -> dict[str, np.ndarray]:
         """This agent's actions for one sample of ``inputs`` (arrays without a batch axis)."""
-        checked, pred, row = self.comm.predict_sample(inputs, self.states, explore)
+        key = self._single_input
+        if key is not None and type(inputs) is dict and len(inputs) == 1 and key in inputs:
+            sent, pred, row = self._request_row(inputs[key], explore)
+            checked = {key: sent}
+        else:
+            checked, pred, row = self.comm.predict_sample(inputs, self.states, explore)
         self._pred, self._row = pred, row
         # The task accepted exactly these arrays (specs on entry, NaN/inf on the packed batch), so
         # store_data of the same objects need not check them again.
@@ -166,6 +182,51 @@ class AgentHelper:
         self._returned_actions = actions
         self._step_open = True
         return actions
+
+    def act(self, value: Any, explore: bool = True) -> Any:
+        """This agent's action for one observation, in a task with one input field and one action field.
+
+        The same as ``predict({input_name: value}, explore)[action_name]``
+        without the dicts: the shorter form of the common loop, and the
+        cheapest request per step (a task without recurrent states sends the
+        observation with a few comparisons when it already has the spec's
+        shape and dtype)::
+
+            action = helper.act(obs)
+            step = self.env_step(action)
+            helper.store_step(step.reward)
+
+        Raises:
+            SpecError: (a ``ValueError``) the task has several input or action
+                fields, or ``value`` does not match the input spec.
+        """
+        only = self._only_action
+        if self._single_input is None or only is None:
+            if len(self.input_specs) != 1 or only is None:
+                raise SpecError(
+                    f"agent {self.agent_id}, task {self.name!r}: act needs one input and one action field; the "
+                    f"task has inputs {[s.name for s in self.input_specs]} and actions "
+                    f"{[s.name for s in self.action_specs]} (use predict with dicts)"
+                )
+            return self.predict({self.input_specs[0].name: value}, explore)[only]
+        sent, pred, row = self._request_row(value, explore)
+        self._pred, self._row = pred, row
+        self._act_given, self._act_sent = value, sent
+        self._accepted_pairs = None  # built by _step_of_act when a record needs it
+        action = pred.actions[only][row]
+        self._act_action = action
+        self._step_open = True
+        return action
+
+    def _step_of_act(self) -> tuple[tuple[str, Any], ...]:
+        """Build the step dicts of the latest :meth:`act` as :meth:`predict` keeps them; return the pairs."""
+        key, only = self._single_input, self._only_action
+        assert key is not None and only is not None  # act takes its short way only then
+        pairs = self._accepted_pairs = ((key, self._act_given),)
+        self._accepted = {key: self._act_sent}
+        self._returned_actions = {only: self._act_action}
+        self._pre_states = self.states
+        return pairs
 
     @property
     def last_prediction(self) -> Prediction | None:
@@ -196,13 +257,14 @@ class AgentHelper:
         ``TERMINATED`` or ``TRUNCATED`` and no actions or rewards; see
         :meth:`store_final`.
         """
+        pairs = self._accepted_pairs if self._accepted_pairs is not None else self._step_of_act()
         if game_over is not _NOT_OVER:
             if type(game_over) is not GameOver:  # an int (store_final passes a member: no lookup)
                 game_over = GameOver(int(game_over))
         elif self._consumes_nothing and extras is None and actions is not None and type(rewards) is float:
             # Once per agent step of a helper that keeps nothing: the objects predict was given and
             # returned, with a finite float reward, need no check (anything else takes the full one).
-            pairs, returned, only = self._accepted_pairs, self._returned_actions, self._only_action
+            returned, only = self._returned_actions, self._only_action
             if (
                 len(pairs) == 1
                 and len(inputs) == 1
@@ -274,24 +336,25 @@ class AgentHelper:
             SpecError: (a ``ValueError``) no step of a ``predict`` is waiting
                 to be recorded, or the rewards or extras do not match the specs.
         """
+        if (
+            self._store_step_fast
+            and self._step_open
+            and extras is None
+            and type(rewards) is float
+            and (rewards - rewards == 0.0 or self._scalar_reward.allow_nan)  # type: ignore[union-attr]
+        ):
+            # Once per agent step of a helper that keeps nothing: predict checked the rest, and a float
+            # minus itself is 0.0 exactly when it is finite.
+            self._step_open = False
+            self._pre_states = None
+            return
         if not self._step_open:
             raise SpecError(
                 f"agent {self.agent_id}, task {self.name!r}: store_step records the step of the latest predict, "
                 "and there is none waiting (call predict first; each predict is recorded once)"
             )
-        spec = self._scalar_reward
-        if (
-            self._store_step_checks_only
-            and extras is None
-            and spec is not None
-            and type(rewards) is float
-            and (math.isfinite(rewards) or spec.allow_nan)
-        ):
-            # Once per agent step of a helper that keeps nothing: predict checked the rest.
-            self._step_open = False
-            self._pre_states = None
-            return
-        self.store_data(dict(self._accepted_pairs), self._returned_actions, rewards, extras=extras)
+        pairs = self._accepted_pairs if self._accepted_pairs is not None else self._step_of_act()
+        self.store_data(dict(pairs), self._returned_actions, rewards, extras=extras)
 
     def _validate_step(
         self,

@@ -20,6 +20,7 @@ __all__ = [
     "Communicator",
     "ReturnQueue",
     "ThreadReturnQueue",
+    "RowRequester",
     "PredictRequest",
     "Failure",
     "RequestSink",
@@ -41,6 +42,10 @@ class ReturnQueue(Protocol):
     def get(self, check: Callable[[], None]) -> Any:
         """Block until an item arrives; call ``check()`` periodically (it raises to abort)."""
         ...
+
+
+RowRequester = Callable[[Any, bool], tuple[np.ndarray, Prediction, int]]
+"""What :meth:`Communicator.row_requester` returns: ``(value, explore) -> (sent, prediction, row)``."""
 
 
 class ThreadReturnQueue:
@@ -159,12 +164,15 @@ class Communicator:
         # The common request, checked without the general machinery: one input field, no states.
         specs = wrapper.task.input_specs
         stateless = not wrapper.task.state_specs
-        self._only_input = (specs[0].name, specs[0].shape, specs[0].np_dtype) if len(specs) == 1 and stateless else None
+        single = len(specs) == 1 and stateless
+        self.single_input = (specs[0].name, specs[0].shape, specs[0].np_dtype) if single else None
+        """``(name, shape, dtype)`` of a task's only input field when it has no states, else None."""
         # predict_sample's request, refilled on every call: this agent has at most one prediction in
         # flight, and whoever serves it is done with it once the answer is out (the one place that
         # creates and drops an object per agent step otherwise).
         self._sample_request = PredictRequest({}, {}, True, single=True)
-        self._sample_item = (self, self._sample_request)
+        self.sample_item = (self, self._sample_request)
+        """The ``(communicator, request)`` pair of every single-sample request, refilled per call."""
 
     # ------------------------------------------------------------ prediction
     def put_prediction_data(self, inputs: dict[str, Any], states: dict[str, Any], explore: bool = True) -> None:
@@ -190,7 +198,7 @@ class Communicator:
         dtype kind). Read the answer with :meth:`get_prediction_row`.
         """
         self.wrapper.check_alive()
-        only = self._only_input
+        only = self.single_input
         if only is not None and type(inputs) is dict and len(inputs) == 1 and not states:
             arr = inputs.get(only[0])
             if type(arr) is np.ndarray and arr.shape == only[1] and arr.dtype == only[2]:
@@ -207,6 +215,51 @@ class Communicator:
             checked = {k: np.asarray(v) for k, v in inputs.items()}
         self.prediction_q.put((self, PredictRequest(checked, states, explore, single=True)))
         return checked
+
+    def row_requester(self) -> RowRequester:
+        """:meth:`predict_row`, or the return queue's own version of it when it has one (the
+        coroutine hub binds everything the request touches). Bind it once per agent."""
+        make = getattr(self.prediction_return_q, "row_requester", None)
+        return make(self) if make is not None else self.predict_row
+
+    def predict_row(self, value: Any, explore: bool = True) -> tuple[np.ndarray, Prediction, int]:
+        """The prediction for one sample of a task with a single input field and no states.
+
+        ``value`` is that field's sample (no sample axis). Returns the array as
+        sent (checked, converted within its dtype kind), the prediction of the
+        batch the request was served in, and this request's row of it. This is
+        the per-step request of :meth:`AgentHelper.act`: an array of exactly
+        the spec's shape and dtype goes out with a few comparisons and one
+        round trip; anything else takes :meth:`predict_sample`'s checks (and
+        its errors)::
+
+            sent, pred, row = comm.predict_row(obs)
+            action = pred.actions["action"][row]
+        """
+        only = self.single_input
+        if only is None:
+            raise SpecError(
+                f"agent {self.agent_id}, task {self.task_name!r}: predict_row needs a task with one input field "
+                f"and no recurrent states; this one has inputs {[s.name for s in self.wrapper.task.input_specs]} "
+                f"and states {[s.name for s in self.wrapper.task.state_specs]} (use predict_sample)"
+            )
+        wrapper = self.wrapper
+        if (
+            type(value) is np.ndarray
+            and value.shape == only[1]
+            and (value.dtype is only[2] or value.dtype == only[2])
+            and wrapper.error is None
+            and not wrapper.stopping
+        ):
+            request = self._sample_request
+            request.inputs, request.states, request.explore = {only[0]: value}, {}, explore
+            self.prediction_q.put(self.sample_item)
+            item = self.prediction_return_q.get(wrapper.check_alive)
+            if type(item) is tuple:
+                return value, item[0], item[1]
+            return value, self.unwrap(item), 0
+        checked, pred, row = self.predict_sample({only[0]: value}, {}, explore)
+        return checked[only[0]], pred, row
 
     def predict_sample(
         self, inputs: Mapping[str, Any], states: dict[str, Any], explore: bool = True
@@ -227,7 +280,7 @@ class Communicator:
         wrapper = self.wrapper
         if wrapper.error is not None or wrapper.stopping:
             wrapper.check_alive()
-        only = self._only_input
+        only = self.single_input
         if only is not None and not states and type(inputs) is dict and len(inputs) == 1:
             arr = inputs.get(only[0])
             if type(arr) is np.ndarray and arr.shape == only[1] and (arr.dtype is only[2] or arr.dtype == only[2]):
@@ -235,11 +288,11 @@ class Communicator:
                 checked = {only[0]: arr}
                 request = self._sample_request
                 request.inputs, request.states, request.explore = checked, states, explore
-                self.prediction_q.put(self._sample_item)
+                self.prediction_q.put(self.sample_item)
                 item = self.prediction_return_q.get(wrapper.check_alive)
                 if type(item) is tuple:
                     return checked, item[0], item[1]
-                return checked, self._unwrap(item), 0
+                return checked, self.unwrap(item), 0
         checked = self.put_prediction_sample(inputs, states, explore)
         pred, row = self.get_prediction_row()
         return checked, pred, row
@@ -275,7 +328,7 @@ class Communicator:
         if type(item) is tuple:
             pred, row = item
             return slice_prediction(pred, row, row + 1)
-        return self._unwrap(item)
+        return self.unwrap(item)
 
     def get_prediction_row(self) -> tuple[Prediction, int]:
         """Block until this agent's prediction comes back: the batch's prediction and this agent's first row.
@@ -286,7 +339,7 @@ class Communicator:
         item = self.prediction_return_q.get(self.wrapper.check_alive)
         if type(item) is tuple:
             return item
-        return self._unwrap(item), 0
+        return self.unwrap(item), 0
 
     # -------------------------------------------------------------- training
     def put_training_data(self, batch: TrainingBatch) -> None:
@@ -304,9 +357,10 @@ class Communicator:
 
     def get_training_return(self) -> LearnResult:
         """Block until the learning step that used this agent's data has finished."""
-        return self._unwrap(self.training_return_q.get(self.wrapper.check_alive))
+        return self.unwrap(self.training_return_q.get(self.wrapper.check_alive))
 
-    def _unwrap(self, item: Any) -> Any:
+    def unwrap(self, item: Any) -> Any:
+        """The answer ``item`` itself, or its Failure raised as the error the agent sees."""
         if isinstance(item, Failure):
             if isinstance(item.error, SpecError):
                 # This agent's own data was at fault (found on the packed batch): a ValueError, as on entry.

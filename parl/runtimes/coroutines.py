@@ -20,10 +20,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import greenlet
+import numpy as np
 
-from parl.framework.communicator import Communicator
+from parl.framework.communicator import Communicator, RowRequester
 from parl.framework.computation_wrapper import ComputationWrapper, PredictItem
 from parl.framework.errors import RunStopped
+from parl.framework.types import Prediction
 from parl.runtimes.control import AgentSlot, RunControl, run_agent_loop
 
 __all__ = ["CoroutineRuntime", "Hub"]
@@ -49,6 +51,45 @@ class _HubReturnQueue:
                 self.waiter = None
         else:
             self.hub.inbox.put((self, item))
+
+    def row_requester(self, comm: Communicator) -> RowRequester:
+        """``comm.predict_row`` as one function with everything it touches bound: the request of
+        every agent step, answered by this hub (anything but the common array goes to ``comm``)."""
+        only, sink = comm.single_input, comm.prediction_q
+        if only is None or type(sink) is not _PendingSink:
+            return comm.predict_row
+        key, shape, dtype = only
+        hub, items, wrapper, fallback = self.hub, self.items, comm.wrapper, comm.predict_row
+        item = comm.sample_item
+        request = item[1]
+
+        def request_row(value: Any, explore: bool = True) -> tuple[np.ndarray, Prediction, int]:
+            if (
+                type(value) is not np.ndarray
+                or value.shape != shape
+                or (value.dtype is not dtype and value.dtype != dtype)
+                or wrapper.error is not None
+                or wrapper.stopping
+            ):
+                return fallback(value, explore)
+            request.inputs, request.explore = {key: value}, explore
+            if not sink.items:
+                hub.pending.append(sink)
+            sink.items.append(item)
+            sink.samples += 1
+            while not items:  # the loop of get(), inlined
+                if hub.stopping:
+                    raise RunStopped("the hub is stopping")
+                self.waiter = greenlet.getcurrent()
+                hub.main.switch()
+                if not items:
+                    wrapper.check_alive()
+            answer = items.popleft()
+            if type(answer) is tuple:
+                return value, answer[0], answer[1]
+            return value, comm.unwrap(answer), 0
+
+        return request_row
 
     def get(self, check: Callable[[], None]) -> Any:
         hub = self.hub
