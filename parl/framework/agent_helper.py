@@ -257,14 +257,21 @@ class AgentHelper:
         ``TERMINATED`` or ``TRUNCATED`` and no actions or rewards; see
         :meth:`store_final`.
         """
-        pairs = self._accepted_pairs if self._accepted_pairs is not None else self._step_of_act()
-        if game_over is not _NOT_OVER:
-            if type(game_over) is not GameOver:  # an int (store_final passes a member: no lookup)
-                game_over = GameOver(int(game_over))
-        elif self._consumes_nothing and extras is None and actions is not None and type(rewards) is float:
+        if game_over is not _NOT_OVER and type(game_over) is not GameOver:
+            game_over = GameOver(int(game_over))  # an int (store_final passes a member: no lookup)
+        if game_over is _NOT_OVER and self._accepted_pairs is None:
+            # A step of act() recorded here: build what predict keeps (a final observation needs none of it).
+            self._step_of_act()
+        if (
+            game_over is _NOT_OVER
+            and self._consumes_nothing
+            and extras is None
+            and actions is not None
+            and type(rewards) is float
+        ):
             # Once per agent step of a helper that keeps nothing: the objects predict was given and
             # returned, with a finite float reward, need no check (anything else takes the full one).
-            returned, only = self._returned_actions, self._only_action
+            pairs, returned, only = self._accepted_pairs or (), self._returned_actions, self._only_action
             if (
                 len(pairs) == 1
                 and len(inputs) == 1

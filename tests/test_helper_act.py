@@ -1,0 +1,191 @@
+"""AgentHelper.act and Communicator.predict_row: the per-step request without dicts, on every path."""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import pytest
+from test_agent_group_fakes import EchoAlgorithm, StepAgent, counter_envs, echo_task_config, expected_action
+from test_helper_inputs import RecordingHelper
+
+import parl
+from examples.cartpole_recurrent.model import RecurrentActorCritic
+from parl import layers
+from parl.algorithms.ppo import PPO, PPOConfig
+from parl.data.specs import FieldSpec
+
+
+def _echo_wrapper() -> parl.ComputationWrapper:
+    return parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
+
+
+@pytest.mark.timeout(30)
+def test_act_and_store_step_record_what_predict_and_store_data_record() -> None:
+    wrapper = _echo_wrapper()
+    by_act, by_data = (RecordingHelper("RL", wrapper.create_communicator(i)) for i in (0, 1))
+    wrapper.start()
+    try:
+        for i in range(4):
+            obs = np.array([i, i + 0.5], np.float32)
+            a = by_act.act(obs)
+            by_act.store_step(float(i))
+            b = by_data.predict({"obs": obs})["action"]
+            by_data.store_data({"obs": obs}, {"action": b}, float(i))
+            assert a == b == expected_action(obs)[0]
+            assert by_act.last_prediction is not None
+            np.testing.assert_array_equal(by_act.last_prediction.extras["echo"], [obs * 2.0])  # its own row
+        final = np.array([9.0, 9.5], np.float32)
+        by_act.store_final({"obs": final}, terminated=True)
+        by_data.store_final({"obs": final}, terminated=True)
+    finally:
+        wrapper.stop()
+    assert len(by_act.transitions) == len(by_data.transitions) == 4
+    for s, d in zip(by_act.transitions, by_data.transitions):
+        for group in ("inputs", "actions", "rewards", "next_inputs", "extras"):
+            got, want = getattr(s, group), getattr(d, group)
+            assert got.keys() == want.keys()
+            for k in want:
+                np.testing.assert_array_equal(got[k], want[k])
+        np.testing.assert_array_equal(s.terminal, d.terminal)
+
+
+@pytest.mark.timeout(30)
+def test_store_data_of_the_objects_act_saw_records_that_step_once() -> None:
+    wrapper = _echo_wrapper()
+    helper = RecordingHelper("RL", wrapper.create_communicator(2))
+    wrapper.start()
+    try:
+        obs0, obs1 = np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32)
+        a0 = helper.act(obs0)
+        helper.store_data({"obs": obs0}, {"action": a0}, 1.0)
+        with pytest.raises(ValueError, match="call predict first"):
+            helper.store_step(1.0)  # store_data recorded that step
+        a1 = helper.act(obs1)
+        helper.store_data({"obs": obs1}, {"action": a1}, 2.0)
+    finally:
+        wrapper.stop()
+    (t,) = helper.transitions
+    np.testing.assert_array_equal(t.inputs["obs"][0], obs0)
+    np.testing.assert_array_equal(t.next_inputs["obs"][0], obs1)
+    assert int(t.actions["action"][0]) == int(a0)
+
+
+@pytest.mark.timeout(30)
+def test_act_converts_within_the_dtype_kind_and_records_the_converted_input() -> None:
+    wrapper = _echo_wrapper()
+    helper = RecordingHelper("RL", wrapper.create_communicator(0))
+    wrapper.start()
+    try:
+        a = helper.act(np.array([3.0, 1.0]))  # float64: sent as float32
+        assert a == expected_action(np.array([3.0, 1.0]))[0]
+        helper.store_step(1.0)
+        helper.act([5.0, 2.0])  # a list is converted too
+        helper.store_step(1.0)
+    finally:
+        wrapper.stop()
+    (t,) = helper.transitions
+    assert t.inputs["obs"].dtype == np.float32 and t.next_inputs["obs"].dtype == np.float32
+    np.testing.assert_array_equal(t.next_inputs["obs"][0], [5.0, 2.0])
+
+
+@pytest.mark.timeout(30)
+def test_act_refuses_an_input_of_the_wrong_shape_and_leaves_no_step_open() -> None:
+    wrapper = _echo_wrapper()
+    helper = parl.AgentHelper("RL", wrapper.create_communicator(7))
+    wrapper.start()
+    try:
+        with pytest.raises(ValueError, match=r"agent 7, task 'RL', inputs field 'obs': expected shape \(2,\)"):
+            helper.act(np.zeros(3, np.float32))
+        with pytest.raises(ValueError, match="call predict first"):
+            helper.store_step(1.0)
+        with pytest.raises(ValueError, match=r"agent 7, task 'RL', inputs field 'obs'"):
+            helper.comm.predict_row(np.zeros((1, 2), np.float32))  # a sample axis is not one sample
+    finally:
+        wrapper.stop()
+
+
+class _TwoInputs(parl.Model):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = layers.fc(size=2, input_size=3)
+
+    def input_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("obs", (2,), "float32"), FieldSpec("goal", (1,), "float32")]
+
+    def action_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("action", (), "int64")]
+
+    def logits(self, inputs: dict[str, paddle.Tensor]) -> paddle.Tensor:
+        return self.fc(paddle.concat([inputs["obs"], inputs["goal"]], axis=-1))
+
+
+class _Argmax(parl.Algorithm):
+    def warm_up(self, model, inputs, states) -> None:  # type: ignore[no-untyped-def]
+        model.logits(inputs)
+
+    def predict(self, inputs, states, explore) -> parl.Prediction:  # type: ignore[no-untyped-def]
+        return parl.Prediction(actions={"action": self.model.logits(inputs).argmax(axis=-1)})
+
+
+@pytest.mark.timeout(30)
+def test_act_and_predict_row_need_a_task_with_one_input_field() -> None:
+    wrapper = parl.ComputationWrapper(parl.ComputationTask("Goal", _Argmax(_TwoInputs())))
+    helper = parl.AgentHelper("Goal", wrapper.create_communicator(1))
+    with pytest.raises(ValueError, match=r"act needs one input and one action field; .*\['obs', 'goal'\]"):
+        helper.act(np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match=r"predict_row needs a task with one input field .*use predict_sample"):
+        helper.comm.predict_row(np.zeros(2, np.float32))
+
+
+@pytest.mark.timeout(60)
+def test_act_on_a_recurrent_task_carries_the_states_as_predict_does() -> None:
+    paddle.seed(0)
+    wrapper = parl.ComputationWrapper(
+        parl.ComputationTask("RL", PPO(lambda: RecurrentActorCritic(hidden=8), PPOConfig(seed=0)))
+    )
+    by_act, by_predict = (parl.AgentHelper("RL", wrapper.create_communicator(i)) for i in (0, 1))
+    wrapper.start()
+    try:
+        for obs in (np.array([0.1, -0.2], np.float32), np.array([0.0, 0.3], np.float32)):
+            by_act.act(obs, explore=False)
+            by_predict.predict({"obs": obs}, explore=False)
+            np.testing.assert_allclose(by_act.states["h"], by_predict.states["h"], rtol=1e-6)
+            assert np.abs(by_act.states["h"]).sum() > 0
+            by_act.store_step(0.0)
+            by_predict.store_step(0.0)
+    finally:
+        wrapper.stop()
+
+
+class ActAgent(StepAgent):
+    """StepAgent's loop written with act(); records what it saw as StepAgent does."""
+
+    def run_one_episode(self) -> float:
+        helper = self.helpers["RL"]
+        obs = self.reset_env()
+        while True:
+            action = helper.act(obs)
+            assert helper.last_prediction is not None
+            self.records.append((obs.copy(), int(action), helper.last_prediction.extras["echo"][0].copy()))
+            step = self.env_step(action)
+            helper.store_step(step.reward)
+            obs = step.obs
+            if step.done:
+                helper.store_final({"obs": obs}, step.terminated)
+                return self.episode_return
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runtime", ["threads", "coroutines", "processes"])
+def test_act_gets_each_agent_its_own_action_on_every_runtime(runtime: str) -> None:
+    config = parl.ManagerConfig(num_agents=6, runtime=runtime, max_episodes=12, num_workers=2)
+    manager = parl.Manager([echo_task_config()], ActAgent, counter_envs(length=5), config)
+    report = manager.run()
+    assert report.failures == [] and report.episodes >= 12
+    assert report.prediction_stats["RL"].samples >= 12 * 5
+    if runtime != "processes":  # a process runtime's agents live in its workers
+        for agent in (slot.agent for slot in manager.slots):
+            assert agent is not None and agent.records
+            for obs, action, echo in agent.records:
+                assert action == expected_action(obs)[0]
+                np.testing.assert_array_equal(echo, obs * 2.0)  # this agent's own row of the batch
