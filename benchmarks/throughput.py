@@ -16,6 +16,7 @@ import argparse
 import multiprocessing as mp
 import os
 import resource
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,8 @@ from parl.agents import GymAgent
 from parl.runtimes.control import RunControl
 from parl.utils.tensors import TensorStaging
 
+VECTOR = "vector loop (reference)"
+FLOOR = "blocking-style floor (no framework)"
 ENVS: dict[str, tuple[Callable[[], gym.Env], int]] = {
     "CartPole-v1": (lambda: gym.make("CartPole-v1"), 4),
     "WideObs-512": (lambda: WideObsEnv(512), 512),
@@ -233,41 +236,72 @@ def agent_path(
         "steps_per_s": window.rate,
         "mean_batch": stats.mean_batch,
         "max_batch": stats.max_batch,
-        "cpu_us_per_step": window.cpu_us_per_step if runtime != "ray" else float("nan"),
+        "cpu_us_per_step": window.cpu_us_per_step,
         "learner_cpu_us_per_step": window.learner_cpu_us_per_step,
     }
 
 
-def _loop_row(env_name: str, label: str, n: int, rate: float, cpu_us: float, ref: float) -> dict[str, Any]:
-    """A row of one process with no framework (the reference or the floor): print and return it."""
-    shown = f"{env_name:12s} {label:24s} N={n:<4d}{rate:10.0f} steps/s ratio {rate / ref:.2f}"
-    print(f"{shown} cpu {cpu_us:.1f} us/step", flush=True)
-    return {
-        "env": env_name,
-        "row": label,
-        "n": n,
-        "steps_per_s": rate,
-        "ratio": rate / ref,
-        "cpu_us_per_step": cpu_us,
-        "learner_cpu_us_per_step": cpu_us,
-    }
+REPEATED = {("coroutines", 1), ("processes", 2)}
+"""The runtimes measured in every round (the targets' rows); the others are measured in the first."""
 
 
-def _agent_row(env_name: str, n: int, runtime: str, workers: int, ref: float, seconds: float) -> dict[str, Any]:
-    """One agent-path row: measure, print and return it (``ref``: the vector loop's steps/s at this N)."""
+def _measure(env_name: str, n: int, row: str, seconds: float, runtime: str = "", workers: int = 1) -> dict[str, Any]:
+    """One window of one row: env steps/s, CPU µs per step (all processes, and the learner's share)."""
     make_env, obs_dim = ENVS[env_name]
-    res = agent_path(make_env, obs_dim, n, runtime, seconds, workers)
-    label = f"agent path, {runtime}" + (f" P={workers}" if runtime in ("processes", "ray") else "")
-    res.update({"env": env_name, "row": label, "n": n, "ratio": res["steps_per_s"] / ref})
-    res["peak_rss_mb"] = peak_rss_mb()
-    res["rss_after_mb"] = rss_mb()
+    if row == VECTOR:
+        rate, cpu = vector_loop(make_env, obs_dim, n, seconds)
+    elif row == FLOOR:
+        rate, cpu = blocking_floor(make_env, obs_dim, n, seconds)
+    else:
+        return agent_path(make_env, obs_dim, n, runtime, seconds, workers)
+    return {"steps_per_s": rate, "cpu_us_per_step": cpu, "learner_cpu_us_per_step": cpu}
+
+
+def _summary(env_name: str, n: int, row: str, runs: list[dict[str, Any]], refs: list[float]) -> dict[str, Any]:
+    """A row from its rounds: the median of each figure, and the median, lowest and highest of the ratios
+    to the vector loop measured in the same round (``refs[i]`` for ``runs[i]``). Printed as it is made."""
+    out: dict[str, Any] = {"env": env_name, "row": row, "n": n, "runs": len(runs)}
+    for key in ("steps_per_s", "cpu_us_per_step", "learner_cpu_us_per_step", "mean_batch", "max_batch"):
+        values = [r[key] for r in runs if key in r and r[key] == r[key]]  # r[key] == r[key]: not NaN
+        if key in runs[0]:
+            out[key] = statistics.median(values) if values else float("nan")
+    ratios = [r["steps_per_s"] / ref for r, ref in zip(runs, refs)]
+    out.update(ratio=statistics.median(ratios), ratio_lo=min(ratios), ratio_hi=max(ratios))
+    if row.startswith("agent path"):
+        out["peak_rss_mb"], out["rss_after_mb"] = peak_rss_mb(), rss_mb()
+    batch = f" mean batch {out['mean_batch']:.1f}" if "mean_batch" in out else ""
     print(
-        f"{env_name:12s} {label[11:]:24s} N={n:<4d}{res['steps_per_s']:10.0f} steps/s "
-        f"ratio {res['ratio']:.2f} mean batch {res['mean_batch']:.1f} "
-        f"cpu {_us(res['cpu_us_per_step'])} us/step (learner {_us(res['learner_cpu_us_per_step'])})",
+        f"{env_name:12s} {row[:36]:36s} N={n:<4d}{out['steps_per_s']:10.0f} steps/s ratio {out['ratio']:.2f} "
+        f"({out['ratio_lo']:.2f}-{out['ratio_hi']:.2f}, {len(runs)} runs){batch} "
+        f"cpu {_us(out.get('cpu_us_per_step'))} us/step (learner {_us(out.get('learner_cpu_us_per_step'))})",
         flush=True,
     )
-    return res
+    return out
+
+
+def _label(runtime: str, workers: int) -> str:
+    return f"agent path, {runtime}" + (f" P={workers}" if runtime in ("processes", "ray") else "")
+
+
+def measure_n(env_name: str, n: int, seconds: float, repeats: int, runtimes: list[tuple[str, int]]) -> list[dict]:
+    """Every row at one N, in ``repeats`` interleaved rounds: the vector loop, the floor and the
+    :data:`REPEATED` runtimes in each round, the other runtimes in the first. Interleaving keeps a
+    slow minute of a shared machine from landing on one row only; each ratio pairs a row with the
+    vector loop of its own round."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    refs: list[float] = []
+    for round_ in range(repeats):
+        for row in (VECTOR, FLOOR):
+            runs.setdefault(row, []).append(_measure(env_name, n, row, seconds))
+        refs.append(runs[VECTOR][-1]["steps_per_s"])
+        for runtime, workers in runtimes:
+            if runtime == "threads" and n > 64:
+                continue  # 256 threads measure the GIL, not the design
+            if (runtime == "processes" and workers > n) or (round_ > 0 and (runtime, workers) not in REPEATED):
+                continue
+            label = _label(runtime, workers)
+            runs.setdefault(label, []).append(_measure(env_name, n, label, seconds, runtime, workers))
+    return [_summary(env_name, n, row, row_runs, refs) for row, row_runs in runs.items()]
 
 
 def _start_local_ray() -> bool:
@@ -399,30 +433,24 @@ def training_path(repeats: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short windows and fewer N (a smoke run)")
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=2.0, help="the measured window of each run")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of the vector loop, floor and target rows")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray rows even when Ray is installed")
     args = parser.parse_args(argv)
     seconds = 0.5 if args.quick else args.seconds
+    repeats = 1 if args.quick else args.repeats
     ns = [1, 16] if args.quick else [1, 4, 16, 64, 256]
     runtimes = [("coroutines", 1), ("threads", 1), ("processes", 1), ("processes", 2)]
     rows: list[dict[str, Any]] = []
     refs: dict[tuple[str, int], float] = {}
-    for env_name, (make_env, obs_dim) in ENVS.items():
+    for env_name, (make_env, _) in ENVS.items():
         ceiling = bare_env(make_env, seconds)
         rows.append({"env": env_name, "row": "bare env, random actions", "n": 1, "steps_per_s": ceiling})
         print(f"{env_name:12s} bare env                 N=1   {ceiling:10.0f} steps/s", flush=True)
         for n in ns:
-            ref, ref_cpu = vector_loop(make_env, obs_dim, n, seconds)
-            refs[(env_name, n)] = ref
-            rows.append(_loop_row(env_name, "vector loop (reference)", n, ref, ref_cpu, ref))
-            floor, floor_cpu = blocking_floor(make_env, obs_dim, n, seconds)
-            rows.append(_loop_row(env_name, "blocking-style floor (no framework)", n, floor, floor_cpu, ref))
-            for runtime, workers in runtimes:
-                if runtime == "threads" and n > 64:
-                    continue  # 256 threads measure the GIL, not the design
-                if runtime == "processes" and workers > n:
-                    continue
-                rows.append(_agent_row(env_name, n, runtime, workers, ref, seconds))
+            measured = measure_n(env_name, n, seconds, repeats, runtimes)
+            refs[(env_name, n)] = measured[0]["steps_per_s"]  # the vector loop's median
+            rows += measured
     capacity = parallel_capacity(0.5 if args.quick else 2.0)
     # Ray's daemons take CPU while they run: Ray starts only now, for its own rows, and stops after
     # them, so that no other row (nor the capacity probe) shares the cores with them.
@@ -433,7 +461,9 @@ def main(argv: list[str] | None = None) -> None:
             for env_name in ENVS:
                 for n in ns:
                     if n >= 2:
-                        rows.append(_agent_row(env_name, n, "ray", 2, refs[(env_name, n)], seconds))
+                        run = _measure(env_name, n, _label("ray", 2), seconds, "ray", 2)
+                        run["cpu_us_per_step"] = float("nan")  # the window cannot see Ray's actors
+                        rows.append(_summary(env_name, n, _label("ray", 2), [run], [refs[(env_name, n)]]))
         finally:
             ray.shutdown()
     order = {name: i for i, name in enumerate(ENVS)}
@@ -469,7 +499,11 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "worker processes can beat one process by more than that here.",
         "",
         "Same model in every row (obs-64-2 MLP, greedy actions); env steps per second over all agents;",
-        "ratio = agent path / vector loop at the same N, measured in the same run. CPU per step: CPU time",
+        "ratio = agent path / vector loop at the same N, measured in the same run. The vector loop, the floor",
+        "and the target rows (coroutines; processes P=2) are measured in interleaved rounds (a row's 'runs'):",
+        "their figures are medians over the rounds, and their ratio is the median of each round's ratio to",
+        "that round's vector loop, with the lowest and highest in brackets. The other rows run once, in the",
+        "first round. CPU per step: CPU time",
         "of all processes of the row (the learner and its worker processes) over the same window, divided",
         "by the env steps; 'learner' is this process's share. Blank: not measurable (Ray actors are not",
         "this process's children). Ray runs only during its own rows (its daemons take CPU).",
@@ -477,18 +511,20 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "scheduler with the vector loop's batched forward and nothing else: no checks, bookkeeping, stop or",
         "failure handling. The agent path's cost above it is the framework's own.",
         "",
-        "| env | row | N | steps/s | ratio to vector loop | CPU µs per step | of which learner | mean predict batch "
-        "| RSS after row (MiB) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| env | row | N | runs | steps/s | ratio to vector loop | CPU µs per step | of which learner "
+        "| mean predict batch | RSS after row (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else ""
+        if r.get("runs", 1) > 1:
+            ratio += f" ({r['ratio_lo']:.2f}-{r['ratio_hi']:.2f})"
         batch = f"{r['mean_batch']:.1f}" if "mean_batch" in r else ""
         rss = f"{r['rss_after_mb']:.0f}" if "rss_after_mb" in r else ""
         cpu, learner = (_us(r.get(k)) for k in ("cpu_us_per_step", "learner_cpu_us_per_step"))
         lines.append(
-            f"| {r['env']} | {r['row']} | {r['n']} | {r['steps_per_s']:.0f} | {ratio} | {cpu} | {learner} | {batch} "
-            f"| {rss} |"
+            f"| {r['env']} | {r['row']} | {r['n']} | {r.get('runs', 1)} | {r['steps_per_s']:.0f} | {ratio} | {cpu} "
+            f"| {learner} | {batch} | {rss} |"
         )
     lines += [
         "",

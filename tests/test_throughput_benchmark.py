@@ -64,5 +64,26 @@ def test_markdown_lists_the_floor_with_its_ratio() -> None:
     ]
     train = {k: 100.0 for k in ("bare_us", "bare_fused_us", "task_us", "wrapper_us", "wrapper_on_caller_us")}
     md = throughput._markdown(rows, train, 2.0, quick=True)
-    assert "| CartPole-v1 | blocking-style floor (no framework) | 4 | 110 | 1.10 | 9.0 | 9.0 |" in md
+    assert "| CartPole-v1 | blocking-style floor (no framework) | 4 | 1 | 110 | 1.10 | 9.0 | 9.0 |" in md
     assert "The blocking-style floor runs N greenlet agents" in md
+
+
+def test_rounds_pair_each_ratio_with_the_vector_loop_of_its_own_round() -> None:
+    runs = [{"steps_per_s": 90.0, "cpu_us_per_step": 11.0}, {"steps_per_s": 60.0, "cpu_us_per_step": 12.0}]
+    runs.append({"steps_per_s": 80.0, "cpu_us_per_step": float("nan")})
+    row = throughput._summary("CartPole-v1", 64, "agent path, coroutines", runs, [100.0, 50.0, 100.0])
+    assert row["runs"] == 3 and row["steps_per_s"] == 80.0
+    assert row["cpu_us_per_step"] == 11.5  # the median of the rounds that measured it
+    assert (row["ratio_lo"], row["ratio"], row["ratio_hi"]) == (0.8, 0.9, 1.2)  # 0.9, 1.2 and 0.8 paired
+    train = {k: 100.0 for k in ("bare_us", "bare_fused_us", "task_us", "wrapper_us", "wrapper_on_caller_us")}
+    md = throughput._markdown([row], train, 2.0, quick=False)
+    assert "| CartPole-v1 | agent path, coroutines | 64 | 3 | 80 | 0.90 (0.80-1.20) | 11.5 |" in md
+
+
+def test_measure_n_repeats_the_target_rows_and_runs_the_others_once() -> None:
+    rows = throughput.measure_n("WideObs-512", 2, 0.2, 2, [("coroutines", 1), ("threads", 1)])
+    by_row = {r["row"]: r for r in rows}
+    assert by_row["vector loop (reference)"]["runs"] == 2 and by_row["blocking-style floor (no framework)"]["runs"] == 2
+    assert by_row["agent path, coroutines"]["runs"] == 2 and by_row["agent path, threads"]["runs"] == 1
+    for r in rows:
+        assert r["steps_per_s"] > 0 and r["ratio_lo"] <= r["ratio"] <= r["ratio_hi"]
