@@ -6,7 +6,7 @@ import numpy as np
 import paddle
 import pytest
 from test_agent_group_fakes import EchoAlgorithm, StepAgent, counter_envs, echo_task_config, expected_action
-from test_helper_inputs import RecordingHelper
+from test_helper_inputs import RecordingHelper, assert_same_transitions
 
 import parl
 from examples.cartpole_recurrent.model import RecurrentActorCritic
@@ -40,13 +40,7 @@ def test_act_and_store_step_record_what_predict_and_store_data_record() -> None:
     finally:
         wrapper.stop()
     assert len(by_act.transitions) == len(by_data.transitions) == 4
-    for s, d in zip(by_act.transitions, by_data.transitions):
-        for group in ("inputs", "actions", "rewards", "next_inputs", "extras"):
-            got, want = getattr(s, group), getattr(d, group)
-            assert got.keys() == want.keys()
-            for k in want:
-                np.testing.assert_array_equal(got[k], want[k])
-        np.testing.assert_array_equal(s.terminal, d.terminal)
+    assert_same_transitions(by_act.transitions, by_data.transitions)
 
 
 @pytest.mark.timeout(30)

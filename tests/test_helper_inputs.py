@@ -20,6 +20,18 @@ class RecordingHelper(parl.AgentHelper):
         self.transitions.append(transition)
 
 
+def assert_same_transitions(got: list[parl.TrainingBatch], want: list[parl.TrainingBatch]) -> None:
+    """Two helpers' transitions hold the same arrays in every group, and the same terminal flags."""
+    assert len(got) == len(want)
+    for s, d in zip(got, want):
+        for group in ("inputs", "actions", "rewards", "next_inputs", "extras"):
+            mine, theirs = getattr(s, group), getattr(d, group)
+            assert mine.keys() == theirs.keys()
+            for k in theirs:
+                np.testing.assert_array_equal(mine[k], theirs[k])
+        np.testing.assert_array_equal(s.terminal, d.terminal)
+
+
 @pytest.mark.timeout(30)
 def test_a_reused_and_changed_input_dict_does_not_change_the_recorded_inputs() -> None:
     wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
@@ -82,13 +94,7 @@ def test_store_step_records_what_store_data_of_the_same_step_records() -> None:
     finally:
         wrapper.stop()
     assert len(by_step.transitions) == len(by_data.transitions) == 4
-    for s, d in zip(by_step.transitions, by_data.transitions):
-        for group in ("inputs", "actions", "rewards", "next_inputs", "extras"):
-            got, want = getattr(s, group), getattr(d, group)
-            assert got.keys() == want.keys()
-            for k in want:
-                np.testing.assert_array_equal(got[k], want[k])
-        np.testing.assert_array_equal(s.terminal, d.terminal)
+    assert_same_transitions(by_step.transitions, by_data.transitions)
 
 
 @pytest.mark.timeout(30)
