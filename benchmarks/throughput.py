@@ -50,7 +50,7 @@ ENVS: dict[str, tuple[Callable[[], gym.Env], int]] = {
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (MiB); rows run in order, so it is a running peak."""
+    """Peak resident memory of this process so far (MiB); rows and rounds run in order, so it is a running peak."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -253,7 +253,9 @@ def _measure(env_name: str, n: int, row: str, seconds: float, runtime: str = "",
     elif row == FLOOR:
         rate, cpu = blocking_floor(make_env, obs_dim, n, seconds)
     else:
-        return agent_path(make_env, obs_dim, n, runtime, seconds, workers)
+        run = agent_path(make_env, obs_dim, n, runtime, seconds, workers)
+        run["peak_rss_mb"], run["rss_after_mb"] = peak_rss_mb(), rss_mb()  # right after this row's run
+        return run
     return {"steps_per_s": rate, "cpu_us_per_step": cpu, "learner_cpu_us_per_step": cpu}
 
 
@@ -267,8 +269,9 @@ def _summary(env_name: str, n: int, row: str, runs: list[dict[str, Any]], refs: 
             out[key] = statistics.median(values) if values else float("nan")
     ratios = [r["steps_per_s"] / ref for r, ref in zip(runs, refs)]
     out.update(ratio=statistics.median(ratios), ratio_lo=min(ratios), ratio_hi=max(ratios))
-    if row.startswith("agent path"):
-        out["peak_rss_mb"], out["rss_after_mb"] = peak_rss_mb(), rss_mb()
+    if "rss_after_mb" in runs[-1]:
+        # Memory after the row's last run; the peak is the process's running peak at that point.
+        out["peak_rss_mb"], out["rss_after_mb"] = runs[-1]["peak_rss_mb"], runs[-1]["rss_after_mb"]
     batch = f" mean batch {out['mean_batch']:.1f}" if "mean_batch" in out else ""
     print(
         f"{env_name:12s} {row[:36]:36s} N={n:<4d}{out['steps_per_s']:10.0f} steps/s ratio {out['ratio']:.2f} "
@@ -512,7 +515,7 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "failure handling. The agent path's cost above it is the framework's own.",
         "",
         "| env | row | N | runs | steps/s | ratio to vector loop | CPU µs per step | of which learner "
-        "| mean predict batch | RSS after row (MiB) |",
+        "| mean predict batch | RSS after the row's last run (MiB) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

@@ -183,3 +183,29 @@ def test_act_gets_each_agent_its_own_action_on_every_runtime(runtime: str) -> No
             for obs, action, echo in agent.records:
                 assert action == expected_action(obs)[0]
                 np.testing.assert_array_equal(echo, obs * 2.0)  # this agent's own row of the batch
+
+
+class _CountingPredictHelper(parl.AgentHelper):
+    """A helper with its own predict (say, one that logs or masks actions)."""
+
+    def __init__(self, name: str, comm: parl.Communicator) -> None:
+        super().__init__(name, comm)
+        self.seen: list[np.ndarray] = []
+
+    def predict(self, inputs, explore=True):  # type: ignore[no-untyped-def]
+        self.seen.append(np.asarray(inputs["obs"]))
+        return super().predict(inputs, explore)
+
+
+@pytest.mark.timeout(30)
+def test_act_goes_through_a_helper_s_own_predict() -> None:
+    wrapper = _echo_wrapper()
+    helper = _CountingPredictHelper("RL", wrapper.create_communicator(0))
+    wrapper.start()
+    try:
+        obs = np.array([2.0, 1.0], np.float32)
+        assert helper.act(obs) == expected_action(obs)[0]
+        helper.store_step(1.0)
+    finally:
+        wrapper.stop()
+    assert len(helper.seen) == 1 and helper.seen[0] is obs

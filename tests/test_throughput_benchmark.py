@@ -71,8 +71,11 @@ def test_markdown_lists_the_floor_with_its_ratio() -> None:
 def test_rounds_pair_each_ratio_with_the_vector_loop_of_its_own_round() -> None:
     runs = [{"steps_per_s": 90.0, "cpu_us_per_step": 11.0}, {"steps_per_s": 60.0, "cpu_us_per_step": 12.0}]
     runs.append({"steps_per_s": 80.0, "cpu_us_per_step": float("nan")})
+    for i, run in enumerate(runs):
+        run["peak_rss_mb"], run["rss_after_mb"] = 300.0 + i, 290.0 + i
     row = throughput._summary("CartPole-v1", 64, "agent path, coroutines", runs, [100.0, 50.0, 100.0])
     assert row["runs"] == 3 and row["steps_per_s"] == 80.0
+    assert (row["peak_rss_mb"], row["rss_after_mb"]) == (302.0, 292.0)  # read after the row's own last run
     assert row["cpu_us_per_step"] == 11.5  # the median of the rounds that measured it
     assert (row["ratio_lo"], row["ratio"], row["ratio_hi"]) == (0.8, 0.9, 1.2)  # 0.9, 1.2 and 0.8 paired
     train = {k: 100.0 for k in ("bare_us", "bare_fused_us", "task_us", "wrapper_us", "wrapper_on_caller_us")}

@@ -130,10 +130,15 @@ class AgentHelper:
         self._step_open = False
         self._action_dtypes = {spec.name: spec.np_dtype for spec in self.action_specs}
         self._only_action = self.action_specs[0].name if len(self.action_specs) == 1 else None
-        # One input field and no states: a sample goes out through the communicator's predict_row.
+        # One input field and no states: a sample goes out through the communicator's row requester
+        # (predict_row, or the runtime's own version of it).
         stateless_single = len(self.input_specs) == 1 and not self.state_specs
         self._single_input = self.input_specs[0].name if stateless_single else None
         self._request_row = comm.row_requester() if stateless_single else comm.predict_row
+        # act() takes its short way unless a subclass's own predict must see every request.
+        self._act_short = (
+            stateless_single and self._only_action is not None and type(self).predict is AgentHelper.predict
+        )
         # What act() was given, sent and returned; the step's dicts above are built from these only
         # when a record needs them (``_accepted_pairs`` is None until then).
         self._act_given: Any = None
@@ -190,7 +195,8 @@ class AgentHelper:
         without the dicts: the shorter form of the common loop, and the
         cheapest request per step (a task without recurrent states sends the
         observation with a few comparisons when it already has the spec's
-        shape and dtype)::
+        shape and dtype). A helper that overrides :meth:`predict` gets the
+        call there::
 
             action = helper.act(obs)
             step = self.env_step(action)
@@ -201,7 +207,7 @@ class AgentHelper:
                 fields, or ``value`` does not match the input spec.
         """
         only = self._only_action
-        if self._single_input is None or only is None:
+        if not self._act_short:
             if len(self.input_specs) != 1 or only is None:
                 raise SpecError(
                     f"agent {self.agent_id}, task {self.name!r}: act needs one input and one action field; the "
@@ -209,6 +215,7 @@ class AgentHelper:
                     f"{[s.name for s in self.action_specs]} (use predict with dicts)"
                 )
             return self.predict({self.input_specs[0].name: value}, explore)[only]
+        assert only is not None  # _act_short
         sent, pred, row = self._request_row(value, explore)
         self._pred, self._row = pred, row
         self._act_given, self._act_sent = value, sent
@@ -221,7 +228,7 @@ class AgentHelper:
     def _step_of_act(self) -> tuple[tuple[str, Any], ...]:
         """Build the step dicts of the latest :meth:`act` as :meth:`predict` keeps them; return the pairs."""
         key, only = self._single_input, self._only_action
-        assert key is not None and only is not None  # act takes its short way only then
+        assert key is not None and only is not None  # act takes its short way only then (_act_short)
         pairs = self._accepted_pairs = ((key, self._act_given),)
         self._accepted = {key: self._act_sent}
         self._returned_actions = {only: self._act_action}
@@ -322,7 +329,7 @@ class AgentHelper:
             self.on_episode_end(game_over)
 
     def store_step(self, rewards: Mapping[str, Any] | float, extras: Mapping[str, Any] | None = None) -> None:
-        """Record the step of the latest :meth:`predict` with its ``rewards``.
+        """Record the step of the latest :meth:`predict` (or :meth:`act`) with its ``rewards``.
 
         The same as :meth:`store_data` given the very inputs that ``predict``
         was given and the actions it returned, so nothing is built or checked
@@ -357,8 +364,8 @@ class AgentHelper:
             return
         if not self._step_open:
             raise SpecError(
-                f"agent {self.agent_id}, task {self.name!r}: store_step records the step of the latest predict, "
-                "and there is none waiting (call predict first; each predict is recorded once)"
+                f"agent {self.agent_id}, task {self.name!r}: store_step records the step of the latest predict "
+                "or act, and there is none waiting (call predict first; each predict is recorded once)"
             )
         pairs = self._accepted_pairs if self._accepted_pairs is not None else self._step_of_act()
         self.store_data(dict(pairs), self._returned_actions, rewards, extras=extras)

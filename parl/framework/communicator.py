@@ -268,8 +268,9 @@ class Communicator:
 
         Returns the input arrays as sent, the prediction of the batch the request was served in
         and this request's row of it. This is what :meth:`AgentHelper.predict` runs on every
-        agent step, so the common request (one input field given as an array of exactly the
-        spec's shape and dtype, no states) is sent without the general checks and calls. The
+        agent step of a task with recurrent states or several input fields (a one-field task
+        without states goes through :meth:`row_requester`); the one-field request without states
+        is still sent here without the general checks and calls when it comes this way. The
         stop check reads the wrapper's ``stopping`` flag; a worker process's wrapper refreshes it
         once per prediction round, so there a request may still go out just after the learner
         stopped (it is answered like any other)::
