@@ -440,6 +440,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds of the vector loop, floor and target rows")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray rows even when Ray is installed")
     args = parser.parse_args(argv)
+    if args.repeats < 1 or args.seconds <= 0:
+        parser.error(f"--repeats must be at least 1 and --seconds positive, got {args.repeats} and {args.seconds}")
     seconds = 0.5 if args.quick else args.seconds
     repeats = 1 if args.quick else args.repeats
     ns = [1, 16] if args.quick else [1, 4, 16, 64, 256]

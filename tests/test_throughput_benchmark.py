@@ -90,3 +90,10 @@ def test_measure_n_repeats_the_target_rows_and_runs_the_others_once() -> None:
     assert by_row["agent path, coroutines"]["runs"] == 2 and by_row["agent path, threads"]["runs"] == 1
     for r in rows:
         assert r["steps_per_s"] > 0 and r["ratio_lo"] <= r["ratio"] <= r["ratio_hi"]
+
+
+def test_main_refuses_rounds_or_windows_that_measure_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--repeats", "0"], ["--seconds", "0"]):
+        with pytest.raises(SystemExit):
+            throughput.main(argv)
+        assert "--repeats must be at least 1 and --seconds positive" in capsys.readouterr().err
