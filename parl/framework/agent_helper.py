@@ -120,8 +120,6 @@ class AgentHelper:
         self._consumes_nothing = not self._wants_transitions and (
             type(self).on_episode_end is AgentHelper.on_episode_end
         )
-        # store_step skips store_data only when nothing would run there: no hook, no override.
-        self._store_step_checks_only = self._consumes_nothing and type(self).store_data is AgentHelper.store_data
         # The (key, object) pairs the latest predict was given, and the arrays the task accepted for them.
         self._accepted_pairs: tuple[tuple[str, Any], ...] | None = ()
         self._accepted: dict[str, np.ndarray] = {}
@@ -139,6 +137,7 @@ class AgentHelper:
         self._act_short = (
             stateless_single and self._only_action is not None and type(self).predict is AgentHelper.predict
         )
+        self._act_name = self._only_action or ""  # the action field act() returns when _act_short
         # What act() was given, sent and returned; the step's dicts above are built from these only
         # when a record needs them (``_accepted_pairs`` is None until then).
         self._act_given: Any = None
@@ -147,8 +146,13 @@ class AgentHelper:
         # One scalar reward field: a float reward is stored without the general check.
         only = self.reward_specs[0] if len(self.reward_specs) == 1 else None
         self._scalar_reward = only if only is not None and only.shape == () and only.np_dtype.kind == "f" else None
-        # store_step of a float reward does nothing but its check.
-        self._store_step_fast = self._store_step_checks_only and self._scalar_reward is not None
+        # store_step of a float reward does nothing but its check when nothing would run in store_data:
+        # no hook, no override, one scalar reward field.
+        self._store_step_fast = (
+            self._consumes_nothing
+            and type(self).store_data is AgentHelper.store_data
+            and self._scalar_reward is not None
+        )
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
 
@@ -206,8 +210,8 @@ class AgentHelper:
             SpecError: (a ``ValueError``) the task has several input or action
                 fields, or ``value`` does not match the input spec.
         """
-        only = self._only_action
         if not self._act_short:
+            only = self._only_action
             if len(self.input_specs) != 1 or only is None:
                 raise SpecError(
                     f"agent {self.agent_id}, task {self.name!r}: act needs one input and one action field; the "
@@ -215,12 +219,11 @@ class AgentHelper:
                     f"{[s.name for s in self.action_specs]} (use predict with dicts)"
                 )
             return self.predict({self.input_specs[0].name: value}, explore)[only]
-        assert only is not None  # _act_short
         sent, pred, row = self._request_row(value, explore)
         self._pred, self._row = pred, row
         self._act_given, self._act_sent = value, sent
         self._accepted_pairs = None  # built by _step_of_act when a record needs it
-        action = pred.actions[only][row]
+        action = pred.actions[self._act_name][row]
         self._act_action = action
         self._step_open = True
         return action

@@ -230,8 +230,8 @@ class Communicator:
         batch the request was served in, and this request's row of it. This is
         the per-step request of :meth:`AgentHelper.act`: an array of exactly
         the spec's shape and dtype goes out with a few comparisons and one
-        round trip; anything else takes :meth:`predict_sample`'s checks (and
-        its errors)::
+        round trip; anything else takes :meth:`put_prediction_sample`'s checks
+        (and its errors)::
 
             sent, pred, row = comm.predict_row(obs)
             action = pred.actions["action"][row]
@@ -258,7 +258,8 @@ class Communicator:
             if type(item) is tuple:
                 return value, item[0], item[1]
             return value, self.unwrap(item), 0
-        checked, pred, row = self.predict_sample({only[0]: value}, {}, explore)
+        checked = self.put_prediction_sample({only[0]: value}, {}, explore)  # the general checks and errors
+        pred, row = self.get_prediction_row()
         return checked[only[0]], pred, row
 
     def predict_sample(
@@ -282,18 +283,10 @@ class Communicator:
         if wrapper.error is not None or wrapper.stopping:
             wrapper.check_alive()
         only = self.single_input
-        if only is not None and not states and type(inputs) is dict and len(inputs) == 1:
-            arr = inputs.get(only[0])
-            if type(arr) is np.ndarray and arr.shape == only[1] and (arr.dtype is only[2] or arr.dtype == only[2]):
-                # A dict of our own: the caller may change theirs after this call.
-                checked = {only[0]: arr}
-                request = self._sample_request
-                request.inputs, request.states, request.explore = checked, states, explore
-                self.prediction_q.put(self.sample_item)
-                item = self.prediction_return_q.get(wrapper.check_alive)
-                if type(item) is tuple:
-                    return checked, item[0], item[1]
-                return checked, self.unwrap(item), 0
+        if only is not None and not states and type(inputs) is dict and len(inputs) == 1 and only[0] in inputs:
+            # The one-field request: predict_row's (a dict of our own: the caller may change theirs).
+            sent, pred, row = self.predict_row(inputs[only[0]], explore)
+            return {only[0]: sent}, pred, row
         checked = self.put_prediction_sample(inputs, states, explore)
         pred, row = self.get_prediction_row()
         return checked, pred, row
