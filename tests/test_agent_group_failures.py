@@ -183,11 +183,14 @@ def test_exception_while_serving_predictions_reaches_caller_as_wrapper_error(
 ) -> None:
     calls = []
 
-    def broken_serve(self, items):
+    def broken_serve(self, items, explore=None):
         calls.append(len(items))
         raise MemoryError("serving loop blew up")
 
+    # Both ways a round is served: general requests, and the one-sample rows of act() that a hub
+    # serves with predict_rows.
     monkeypatch.setattr(ComputationWrapper, "serve_predictions", broken_serve)
+    monkeypatch.setattr(ComputationWrapper, "predict_rows", broken_serve)
     manager = parl.Manager([echo_task_config()], RecordingAgent, counter_envs(30), _config(runtime))
     err = _run_expecting(manager, limit_s=5.0)
     assert calls

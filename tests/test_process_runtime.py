@@ -262,10 +262,12 @@ def test_a_worker_whose_serving_fails_reports_the_error_to_the_caller(monkeypatc
     """Not the task but the worker's own packing raises: its agents get a WrapperError naming the cause."""
     import parl.runtimes.processes as processes
 
-    def broken_pack(requests):  # type: ignore[no-untyped-def]
+    def broken_check(inputs, specs):  # type: ignore[no-untyped-def]
         raise MemoryError("packing exploded in the worker")
 
-    monkeypatch.setattr(processes, "pack_requests", broken_pack)  # the forked workers inherit it
+    # The check of every packed batch, general requests and act()'s rows alike; the forked workers
+    # inherit the patch.
+    monkeypatch.setattr(processes, "all_finite", broken_check)
     m = _manager(parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_seconds=30))
     start = time.monotonic()
     with pytest.raises(parl.AgentError) as info:

@@ -48,9 +48,37 @@ class GymAgent(Agent):
     def run_one_episode(self) -> float:
         helper = self.helpers[self.task_name]
         key, dtype = self._obs_spec.name, self._obs_spec.np_dtype
-        # Bound once: this loop runs once per env step of every agent.
-        act, env_step, store_step = helper.act, self.env_step, helper.store_step
         obs = np.asarray(self.reset_env(), dtype=dtype)
+        if self.action_repeat != 1 or self.step_budget is not None or self.env is None:
+            return self._run_with_env_step(helper, obs)
+        # The common case, once per env step of every agent: env.step without StepResult, with the
+        # episode's counters in locals written back however the episode ends (a stop included).
+        act, env_step, store_step = helper.act, self.env.step, helper.store_step
+        episode_return, steps = 0.0, 0
+        try:
+            while True:
+                obs, reward, terminated, truncated, _ = env_step(act(obs))
+                if type(reward) is not float:
+                    reward = float(reward)
+                episode_return += reward
+                steps += 1
+                self.total_steps += 1  # live: the run's step count and evaluation schedule read it
+                store_step(reward)
+                if type(obs) is not np.ndarray or (obs.dtype is not dtype and obs.dtype != dtype):
+                    obs = np.asarray(obs, dtype=dtype)
+                if terminated or truncated:
+                    self.episode_ended = True
+                    break
+        finally:
+            self.episode_return += episode_return
+            self.episode_steps += steps
+        helper.store_final({key: obs}, bool(terminated))
+        return self.episode_return
+
+    def _run_with_env_step(self, helper: AgentHelper, obs: np.ndarray) -> float:
+        """The loop through :meth:`Agent.env_step` (action repetition, a step budget)."""
+        key, dtype = self._obs_spec.name, self._obs_spec.np_dtype
+        act, env_step, store_step = helper.act, self.env_step, helper.store_step
         while True:
             step = env_step(act(obs))
             store_step(step.reward)

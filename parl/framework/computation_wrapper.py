@@ -502,6 +502,32 @@ class ComputationWrapper:
         self.record_prediction(len(items), offsets[-1])
         answer_predictions(items, pred, offsets)
 
+    def predict_rows(self, values: Sequence[np.ndarray], explore: bool) -> Prediction | Failure | None:
+        """One batched prediction of one-sample requests of a task with one input field and no states.
+
+        ``values`` are that field's samples, each already checked against its
+        spec (shape and dtype); row ``i`` of the prediction answers ``values[i]``.
+        What a scheduler that serves in place (the coroutine hub) calls for the
+        requests of :meth:`Communicator.row_requester`. Returns a
+        :class:`Failure` for every row when the task raised, and None when a
+        row holds NaN or inf (serve those as requests with
+        :meth:`serve_predictions`, which fails only the agents at fault)::
+
+            result = wrapper.predict_rows([obs_a, obs_b], explore=True)
+            action_b = result.actions["action"][1]
+        """
+        task = self.task
+        try:
+            inputs = {task.input_specs[0].name: np.array(values)}
+            if not all_finite(inputs, task.input_specs):
+                return None
+            pred = task.predict(inputs, None, explore=explore, check=False)
+            _check_rows(pred, len(values), task.name)
+        except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
+            return Failure(exc, traceback.format_exc(), "predict")
+        self.record_prediction(len(values), len(values))
+        return pred
+
     def record_prediction(self, requests: int, samples: int) -> None:
         """Count one prediction call of ``requests`` requests and ``samples`` samples in
         :attr:`prediction_stats` (any thread: the worker links of the process runtime record here too)."""

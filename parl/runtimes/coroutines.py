@@ -22,7 +22,7 @@ from typing import Any
 import greenlet
 import numpy as np
 
-from parl.framework.communicator import Communicator, RowRequester
+from parl.framework.communicator import Communicator, Failure, PredictRequest, RowRequester
 from parl.framework.computation_wrapper import ComputationWrapper, PredictItem
 from parl.framework.errors import RunStopped
 from parl.framework.types import Prediction
@@ -36,12 +36,13 @@ logger = logging.getLogger(__name__)
 class _HubReturnQueue:
     """A return queue whose reader is a greenlet of ``hub``; any thread may put."""
 
-    __slots__ = ("hub", "items", "waiter")
+    __slots__ = ("hub", "items", "waiter", "comm")
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
         self.items: deque[Any] = deque()
         self.waiter: greenlet.greenlet | None = None
+        self.comm: Communicator | None = None  # set by row_requester: whom a row's failure is for
 
     def put(self, item: Any) -> None:
         if threading.get_ident() == self.hub.thread_id:
@@ -54,14 +55,16 @@ class _HubReturnQueue:
 
     def row_requester(self, comm: Communicator) -> RowRequester:
         """``comm.predict_row`` as one function with everything it touches bound: the request of
-        every agent step, answered by this hub (anything but the common array goes to ``comm``)."""
+        every agent step, queued in its sink's row lane and answered by this hub (anything but the
+        common array goes to ``comm``)."""
         only, sink = comm.single_input, comm.prediction_q
         if only is None or type(sink) is not _PendingSink:
             return comm.predict_row
-        key, shape, dtype = only
+        self.comm = comm
+        _, shape, dtype = only
         hub, items, wrapper, fallback = self.hub, self.items, comm.wrapper, comm.predict_row
-        item = comm.sample_item
-        request = item[1]
+        explore_values, explore_queues = sink.explore_lane.values, sink.explore_lane.queues
+        greedy_values, greedy_queues = sink.greedy_lane.values, sink.greedy_lane.queues
 
         def request_row(value: Any, explore: bool = True) -> tuple[np.ndarray, Prediction, int]:
             if (
@@ -72,11 +75,15 @@ class _HubReturnQueue:
                 or wrapper.stopping
             ):
                 return fallback(value, explore)
-            request.inputs, request.explore = {key: value}, explore
-            if not sink.items:
+            if not sink.queued:
+                sink.queued = True
                 hub.pending.append(sink)
-            sink.items.append(item)
-            sink.samples += 1
+            if explore:
+                explore_values.append(value)
+                explore_queues.append(self)
+            else:
+                greedy_values.append(value)
+                greedy_queues.append(self)
             while not items:  # the loop of get(), inlined
                 if hub.stopping:
                     raise RunStopped("the hub is stopping")
@@ -106,19 +113,42 @@ class _HubReturnQueue:
         return items.popleft()
 
 
-class _PendingSink:
-    """The hub's list of prediction requests for one wrapper, and how many samples they hold."""
+class _RowLane:
+    """One-sample requests of one explore flag waiting for a round: the arrays, and the return queue of
+    each (filled in place by the agents' row requesters, emptied in place when served)."""
 
-    __slots__ = ("hub", "wrapper", "items", "samples")
+    __slots__ = ("values", "queues")
+
+    def __init__(self) -> None:
+        self.values: list[np.ndarray] = []
+        self.queues: list[_HubReturnQueue] = []
+
+    def take(self) -> tuple[list[np.ndarray], list[_HubReturnQueue]]:
+        """What is waiting, leaving the lane empty."""
+        values, queues = self.values[:], self.queues[:]
+        self.values.clear()
+        self.queues.clear()
+        return values, queues
+
+
+class _PendingSink:
+    """The hub's prediction requests for one wrapper: general requests with how many samples they hold,
+    and the one-sample requests of row requesters in two lanes (explore, greedy)."""
+
+    __slots__ = ("hub", "wrapper", "items", "samples", "queued", "explore_lane", "greedy_lane")
 
     def __init__(self, hub: Hub, wrapper: ComputationWrapper) -> None:
         self.hub = hub
         self.wrapper = wrapper
         self.items: list[PredictItem] = []
         self.samples = 0
+        self.queued = False  # in the hub's pending list
+        self.explore_lane = _RowLane()
+        self.greedy_lane = _RowLane()
 
     def put(self, item: PredictItem) -> None:
-        if not self.items:
+        if not self.queued:
+            self.queued = True
             self.hub.pending.append(self)
         self.items.append(item)
         self.samples += item[1].samples
@@ -197,24 +227,64 @@ class Hub:
             rq.put(item)
 
     def _serve_pending(self) -> None:
-        pending, self.pending = self.pending, []
+        pending = self.pending[:]  # the list itself stays: row requesters append to it
+        self.pending.clear()
         self.rounds += 1
         for sink in pending:
-            wrapper, items, samples = sink.wrapper, sink.items, sink.samples
-            sink.items, sink.samples = [], 0
-            limit = wrapper.config.max_batch_size
-            chunks: list[list[PredictItem]] = [items] if samples <= limit else _chunks(items, limit)
-            for i, chunk in enumerate(chunks):
+            sink.queued = False
+            if sink.items:
+                self._serve_items(sink)
+            for explore, lane in ((True, sink.explore_lane), (False, sink.greedy_lane)):
+                if lane.values:
+                    self._serve_rows(sink.wrapper, lane, explore)
+
+    def _serve_items(self, sink: _PendingSink) -> None:
+        wrapper, items, samples = sink.wrapper, sink.items, sink.samples
+        sink.items, sink.samples = [], 0
+        limit = wrapper.config.max_batch_size
+        chunks: list[list[PredictItem]] = [items] if samples <= limit else _chunks(items, limit)
+        for i, chunk in enumerate(chunks):
+            if wrapper.error is not None:
+                # The wrapper died (here or in its training loop): answer, do not serve.
+                wrapper.fail(wrapper.error, "", chunk, "predict")
+                continue
+            try:
+                wrapper.serve_predictions(chunk)
+            except Exception as exc:  # noqa: BLE001 - serving itself failed (task errors are answered inside)
+                # This hub stands in for the wrapper's prediction loop: the wrapper is dead.
+                wrapper.fail(exc, traceback.format_exc(), [it for c in chunks[i:] for it in c], "predict")
+                break
+
+    def _serve_rows(self, wrapper: ComputationWrapper, lane: _RowLane, explore: bool) -> None:
+        """Serve a lane's one-sample requests in batched calls and wake each agent with ``(prediction, row)``."""
+        values, queues = lane.take()
+        limit = wrapper.config.max_batch_size
+        runnable = self.runnable
+        for lo in range(0, len(values), limit):
+            vs, qs = (values, queues) if len(values) <= limit else (values[lo : lo + limit], queues[lo : lo + limit])
+            try:
                 if wrapper.error is not None:
                     # The wrapper died (here or in its training loop): answer, do not serve.
-                    wrapper.fail(wrapper.error, "", chunk, "predict")
+                    wrapper.fail(wrapper.error, "", _row_items(qs, vs, explore), "predict")
                     continue
-                try:
-                    wrapper.serve_predictions(chunk)
-                except Exception as exc:  # noqa: BLE001 - serving itself failed (task errors are answered inside)
-                    # This hub stands in for the wrapper's prediction loop: the wrapper is dead.
-                    wrapper.fail(exc, traceback.format_exc(), [it for c in chunks[i:] for it in c], "predict")
-                    break
+                result = wrapper.predict_rows(vs, explore)
+                if result is None:
+                    # A row holds NaN or inf: as requests, so that only its agent gets the error.
+                    wrapper.serve_predictions(_row_items(qs, vs, explore))
+                    continue
+            except Exception as exc:  # noqa: BLE001 - serving itself failed (task errors come back as a Failure)
+                wrapper.fail(exc, traceback.format_exc(), _row_items(queues[lo:], values[lo:], explore), "predict")
+                break
+            if isinstance(result, Failure):
+                for q in qs:
+                    q.put(result)
+                continue
+            for i, q in enumerate(qs):  # put() inlined: this is the hub's own thread
+                q.items.append((result, i))
+                waiter = q.waiter
+                if waiter is not None:
+                    q.waiter = None
+                    runnable.append(waiter)
 
     def _shutdown(self, agents: list[greenlet.greenlet]) -> None:
         self.stopping = True
@@ -226,6 +296,15 @@ class Hub:
                     pass
                 except Exception:  # noqa: BLE001 - an agent's cleanup failed while stopping
                     logger.debug("agent greenlet failed while stopping", exc_info=True)
+
+
+def _row_items(queues: list[_HubReturnQueue], values: list[np.ndarray], explore: bool) -> list[PredictItem]:
+    """One-sample requests of a row lane as the general ``(communicator, request)`` pairs."""
+    items: list[PredictItem] = []
+    for q, v in zip(queues, values):
+        assert q.comm is not None  # set by row_requester, the only writer to a lane
+        items.append((q.comm, PredictRequest({q.comm.single_input[0]: v}, {}, explore, single=True)))  # type: ignore[index]
+    return items
 
 
 def _chunks(items: list[PredictItem], limit: int) -> list[list[PredictItem]]:

@@ -276,16 +276,34 @@ class _RemoteWrapper:
         for explore, group in explore_groups(items):
             self._serve(group, explore)
 
+    def predict_rows(self, values: Sequence[np.ndarray], explore: bool) -> Prediction | Failure | None:
+        """:meth:`ComputationWrapper.predict_rows` through the learner: one round trip for the rows."""
+        self.stopping = self.msg.stop_event.is_set()
+        inputs = {self.task.input_specs[0].name: np.array(values)}
+        if not all_finite(inputs, self.task.input_specs):
+            return None
+        return self._exchange(inputs, {}, len(values), explore)
+
     def _serve(self, items: Sequence[tuple[Communicator, PredictRequest]], explore: bool) -> None:
         requests = [r for _, r in items]
         inputs, offsets = pack_requests(requests)
-        rows = offsets[-1]
         if not all_finite(inputs, self.task.input_specs):
             items = _reject_nonfinite(self.task, items)
             if items:
                 self._serve(items, explore)
             return
         states = pack_fields([r.states for r in requests])[0] if self.task.state_specs else {}
+        result = self._exchange(inputs, states, offsets[-1], explore)
+        if isinstance(result, Failure):
+            for comm, _ in items:
+                comm.put_prediction_return(result)
+            return
+        answer_predictions(items, result, offsets)
+
+    def _exchange(
+        self, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray], rows: int, explore: bool
+    ) -> Prediction | Failure:
+        """Send one packed batch to the learner and read its prediction (a Failure when that fails)."""
         try:
             if self.request is None:
                 self.msg.flush_due()
@@ -301,28 +319,23 @@ class _RemoteWrapper:
             reply = self.pred_conn.recv_bytes()
             tag = reply[:1]
             if tag == _OK and self.reply is not None:
-                status, out = "ok", self.reply.read(rows, copy=True)
+                out = self.reply.read(rows, copy=True)
             elif tag == _INLINE:
-                status, out = "ok", pickle.loads(reply[1:])
+                out = pickle.loads(reply[1:])
             elif tag == _ERROR:
-                status, payload = "error", pickle.loads(reply[1:])
+                error, tb = pickle.loads(reply[1:])
+                return Failure(error, tb, "predict")
             else:
                 raise RuntimeError(f"the learner's reply has tag {tag!r}, expected one of {[_OK, _INLINE, _ERROR]}")
         except (EOFError, OSError) as exc:
-            status, payload = "error", (exc, "the learner process is gone")
+            return Failure(exc, "the learner process is gone", "predict")
         except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
-            status, payload = "error", (exc, traceback.format_exc())
-        if status != "ok":
-            error, tb = payload
-            for comm, _ in items:
-                comm.put_prediction_return(Failure(error, tb, "predict"))
-            return
-        pred = Prediction(
+            return Failure(exc, traceback.format_exc(), "predict")
+        return Prediction(
             actions={k[4:]: v for k, v in out.items() if k.startswith("act.")},
             states={k[3:]: v for k, v in out.items() if k.startswith("st.")},
             extras={k[3:]: v for k, v in out.items() if k.startswith("ex.")},
         )
-        answer_predictions(items, pred, offsets)
 
 
 def _reject_nonfinite(

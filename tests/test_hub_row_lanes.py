@@ -1,0 +1,94 @@
+"""One-sample requests served by row: ComputationWrapper.predict_rows and the hub's row lanes."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from test_agent_group_fakes import EchoAlgorithm, counter_envs, echo_task_config, expected_action
+
+import parl
+from parl.framework.communicator import Failure
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FlagRecordingEcho(EchoAlgorithm):
+    """EchoAlgorithm that also records each call's explore flag with the tags (agent ids) it served."""
+
+    def __init__(self, predict_raises=None) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(predict_raises=predict_raises)
+        self.calls: list[tuple[bool, list[int]]] = []
+        self._calls_lock = threading.Lock()
+
+    def predict(self, inputs, states, explore) -> parl.Prediction:  # type: ignore[no-untyped-def]
+        with self._calls_lock:
+            self.calls.append((explore, [int(t) for t in inputs["obs"].numpy()[:, 0]]))
+        return super().predict(inputs, states, explore)
+
+
+def _wrapper(algo: EchoAlgorithm) -> parl.ComputationWrapper:
+    return parl.ComputationWrapper(parl.ComputationTask("RL", algo))
+
+
+def test_predict_rows_answers_row_i_for_values_i_and_counts_the_call() -> None:
+    algo = FlagRecordingEcho()
+    wrapper = _wrapper(algo)
+    values = [np.array([tag, 3.0], np.float32) for tag in (5.0, 1.0, 2.0)]
+    pred = wrapper.predict_rows(values, explore=False)
+    assert isinstance(pred, parl.Prediction)
+    np.testing.assert_array_equal(pred.actions["action"], expected_action(np.stack(values)))
+    np.testing.assert_array_equal(pred.extras["echo"], np.stack(values) * 2.0)
+    assert algo.calls == [(False, [5, 1, 2])]
+    stats = wrapper.prediction_stats
+    assert (stats.calls, stats.requests, stats.samples) == (1, 3, 3)
+
+
+def test_predict_rows_returns_a_failure_for_a_task_error_and_none_for_nan() -> None:
+    wrapper = _wrapper(FlagRecordingEcho(predict_raises=lambda obs: bool((obs[:, 0] == 7).any())))
+    failed = wrapper.predict_rows([np.array([7.0, 0.0], np.float32)], explore=True)
+    assert isinstance(failed, Failure) and isinstance(failed.error, ZeroDivisionError)
+    assert failed.kind == "predict" and "predict refused" in failed.traceback_text
+    # A row holding NaN: not served here (the caller serves the rows as requests, failing only that one).
+    assert wrapper.predict_rows([np.array([1.0, 0.0], np.float32), np.array([np.nan, 0.0], np.float32)], True) is None
+    assert wrapper.prediction_stats.calls == 0  # neither call counted as served
+
+
+class MixedFlagAgent(parl.Agent):
+    """Acts greedily when its id is odd, exploring when even; checks every action it gets."""
+
+    def run_one_episode(self) -> float:
+        if self.episodes >= 2:
+            raise parl.RunStopped("done")
+        helper = self.helpers["RL"]
+        explore = self.agent_id % 2 == 0
+        obs = self.reset_env()
+        while True:
+            action = helper.act(obs, explore=explore)
+            assert action == expected_action(obs)[0]  # its own row, whichever lane it went in
+            step = self.env_step(action)
+            helper.store_step(step.reward)
+            obs = step.obs
+            if step.done:
+                helper.store_final({"obs": obs}, step.terminated)
+                return self.episode_return
+
+
+@pytest.mark.parametrize("runtime", ["coroutines", "processes"])  # hubs: in this process, in worker processes
+def test_a_hub_serves_the_explore_and_greedy_rows_of_a_round_in_separate_calls(runtime: str) -> None:
+    algo = FlagRecordingEcho()
+    manager = parl.Manager(
+        [echo_task_config(algo, wrapper=parl.WrapperConfig(max_batch_size=5))],
+        MixedFlagAgent,
+        counter_envs(length=6),
+        parl.ManagerConfig(num_agents=12, runtime=runtime, num_workers=2, max_seconds=60),
+    )
+    report = manager.run()
+    assert report.steps == 12 * 2 * 6 == report.prediction_stats["RL"].samples
+    served = [tag for _, tags in algo.calls for tag in tags]
+    assert sorted(served) == sorted(a for a in range(12) for _ in range(2 * 6))  # each request once
+    for explore, tags in algo.calls:
+        assert all((tag % 2 == 0) == explore for tag in tags)  # one flag per call, the agents' own
+        assert len(tags) <= 5  # max_batch_size holds for rows too
+    assert any(len(tags) > 1 for _, tags in algo.calls)  # and rows were batched
