@@ -1,0 +1,86 @@
+"""GymAgent: its episode counters on the direct loop and through env_step, and after a stop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from test_agent_group_fakes import EchoAlgorithm, echo_task_config
+
+import parl
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class HalfRewardEnv(gym.Env):
+    """Observation ``[tag, t]``; a numpy reward of 0.5 per step; truncated after ``length`` steps."""
+
+    def __init__(self, tag: int, length: int) -> None:
+        self.tag, self.length, self.t = float(tag), length, 0
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(7)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.t = 0
+        return np.array([self.tag, 0.0], np.float32), {}
+
+    def step(self, action: Any):
+        self.t += 1
+        return np.array([self.tag, self.t], np.float64), np.float64(0.5), False, self.t >= self.length, {}
+
+
+class TwiceGymAgent(parl.GymAgent):
+    """GymAgent with every action held for two time steps (the loop through env_step)."""
+
+    def __init__(self, agent_id, env, helpers) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(agent_id, env, helpers, action_repeat=2)
+
+
+@pytest.mark.parametrize("agent_class", [parl.GymAgent, TwiceGymAgent])
+def test_returns_lengths_and_steps_of_every_episode(agent_class: type[parl.GymAgent]) -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        agent_class,
+        lambda i: HalfRewardEnv(i, length=7),
+        parl.ManagerConfig(num_agents=3, runtime="coroutines", max_episodes=9),
+    )
+    report = manager.run()
+    assert report.episodes >= 9
+    for slot in manager.slots:
+        agent = slot.agent
+        assert agent is not None
+        returns, lengths = manager.control.returns[agent.agent_id], manager.control.lengths[agent.agent_id]
+        assert list(returns) == [3.5] * len(returns)  # float64 rewards summed as floats
+        assert list(lengths) == [7] * len(lengths)  # time steps, with or without repetition
+        assert agent.total_steps >= 7 * len(lengths)
+    # Live: the steps of episodes cut by the stop count too.
+    assert report.steps == sum(s.agent.total_steps for s in manager.slots)  # type: ignore[union-attr]
+
+
+class StopAfter(parl.AgentHelper):
+    """A helper whose act raises RunStopped once it has been called ``limit`` times (a run stopping)."""
+
+    limit = 4
+
+    def act(self, value: Any, explore: bool = True) -> Any:
+        self.limit -= 1
+        if self.limit < 0:
+            raise parl.RunStopped("the run is stopping")
+        return super().act(value, explore)
+
+
+def test_a_stop_in_the_middle_of_an_episode_leaves_the_counters_of_the_steps_taken() -> None:
+    wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
+    helper = StopAfter("RL", wrapper.create_communicator(0))
+    agent = parl.GymAgent(0, HalfRewardEnv(0, length=100), {"RL": helper})
+    wrapper.start()
+    try:
+        agent.begin_episode()
+        with pytest.raises(parl.RunStopped):
+            agent.run_one_episode()
+    finally:
+        wrapper.stop()
+    assert (agent.episode_steps, agent.total_steps, agent.episode_return) == (4, 4, 2.0)
+    assert not agent.episode_ended  # not a whole episode
