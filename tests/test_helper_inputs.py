@@ -193,6 +193,11 @@ def test_final_observations_are_checked_on_both_paths_whatever_the_helper_keeps(
                 helper.store_final({"obs": np.zeros(3, np.float32)}, terminated=True)
             assert a is not None
             helper.store_final({"obs": np.array([5.0, 6.0])}, terminated=False)  # float64: converted, accepted
+            helper.start_episode()
+            helper.predict({"obs": obs})
+            helper.store_final({"obs": obs}, terminated=True)  # accepted as it is: closes the step
+            with pytest.raises(ValueError, match="call predict first"):
+                helper.store_step(1.0)
     finally:
         wrapper.stop()
     (t,) = keeps.transitions

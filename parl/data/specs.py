@@ -139,7 +139,8 @@ _KINDS = {"f": "float", "i": "int", "u": "unsigned int", "b": "bool"}
 def _all_finite(arr: np.ndarray) -> bool:
     # One BLAS call: NaN or inf anywhere makes the sum of squares non-finite. Huge finite
     # values may overflow it, so a non-finite result is confirmed elementwise.
-    return math.isfinite(np.vdot(arr, arr)) or bool(np.isfinite(arr).all())
+    # (``arr.dot`` of a vector costs two thirds of ``np.vdot``: the common single observation.)
+    return math.isfinite(arr.dot(arr) if arr.ndim == 1 else np.vdot(arr, arr)) or bool(np.isfinite(arr).all())
 
 
 def all_finite(data: Mapping[str, np.ndarray], specs: Sequence[FieldSpec]) -> bool:

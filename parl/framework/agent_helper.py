@@ -153,6 +153,9 @@ class AgentHelper:
             and type(self).store_data is AgentHelper.store_data
             and self._scalar_reward is not None
         )
+        # store_final of a helper that keeps nothing only checks the observation (fast_checked, then
+        # the full check through store_data when that declines).
+        self._final_fast = self._consumes_nothing and type(self).store_data is AgentHelper.store_data
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
 
@@ -490,6 +493,11 @@ class AgentHelper:
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         """Record the final observation of an episode: terminated (True) or truncated (False)."""
+        if self._final_fast and type(inputs) is dict and fast_checked(inputs, self.input_specs, None, False, True):
+            # Once per episode: all store_data does with a final observation when nothing keeps it.
+            self._pre_states = None
+            self._step_open = False
+            return
         self.store_data(inputs, game_over=_TERMINATED if terminated else _TRUNCATED)
 
     def _completed(self, prev: dict[str, Any], cur: dict[str, Any]) -> None:

@@ -247,10 +247,13 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
     Every runtime calls this, in a thread or in a coroutine, so an agent
     behaves the same everywhere.
     """
+    tracked: Agent | None = None
     while not control.should_stop():
         try:
             agent = slot.get()
-            control.track(slot.agent_id, agent)
+            if agent is not tracked:  # the first episode, and the first after a rebuild
+                control.track(slot.agent_id, agent)
+                tracked = agent
             agent.begin_episode()
             ret = agent.run_one_episode()
             episode_return = float(agent.episode_return if ret is None else ret)
