@@ -332,7 +332,8 @@ def test_task_error_in_the_learner_reaches_the_worker_agents_as_task_error() -> 
 
 
 def _greedy_link() -> tuple[object, parl.ComputationTask, list]:
-    """What ``_WorkerLink._predict`` reads of its link: the runtime's tasks and wrappers, and shared buffers."""
+    """What ``_WorkerLink._predict`` reads of its link: the runtime's tasks and wrappers, its cache of extra
+    names, and shared buffers."""
     from types import SimpleNamespace
 
     from parl.runtimes.processes import TaskSpecs, _reply_specs, _request_specs, _SharedArrays
@@ -341,7 +342,8 @@ def _greedy_link() -> tuple[object, parl.ComputationTask, list]:
     wrapper = parl.ComputationWrapper(task)
     specs = TaskSpecs.of(task, wrapper.config)
     buffers = [(_SharedArrays(_request_specs(specs), 8), _SharedArrays(_reply_specs(specs), 8))]
-    return SimpleNamespace(runtime=SimpleNamespace(tasks=[task], wrappers=[wrapper])), task, buffers
+    link = SimpleNamespace(runtime=SimpleNamespace(tasks=[task], wrappers=[wrapper]), _extra_names={})
+    return link, task, buffers
 
 
 @pytest.mark.timeout(30)

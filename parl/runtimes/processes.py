@@ -706,6 +706,7 @@ class _WorkerLink:
         # "still running"); the serving thread and close() take turns.
         self._reap_lock = threading.Lock()
         self.buffers: list[tuple[_SharedArrays, _SharedArrays]] = []
+        self._extra_names: dict[int, frozenset[str]] = {}  # per task index: what a reply carries of the extras
         # Helper-state requests waiting for their answer; `ready` is False while the worker (re)starts.
         self._replies_lock = threading.Lock()
         self._replies: dict[int, _StateReply] = {}
@@ -884,7 +885,9 @@ class _WorkerLink:
                 states = {k[3:]: v for k, v in data.items() if k.startswith("st.")}
             task = self.runtime.tasks[task_index]
             pred = task.predict(inputs, states if task.state_specs else None, explore=explore, check=False)
-            extra_names = {s.name for s in task.extra_predict_specs}
+            extra_names = self._extra_names.get(task_index)
+            if extra_names is None:  # the task's extra prediction fields are fixed once it is built
+                extra_names = self._extra_names[task_index] = frozenset(s.name for s in task.extra_predict_specs)
             out = {f"act.{k}": v for k, v in pred.actions.items()}
             out.update({f"st.{k}": v for k, v in pred.states.items()})
             out.update({f"ex.{k}": v for k, v in pred.extras.items() if k in extra_names})
