@@ -23,7 +23,10 @@ class GymAgent(Agent):
 
     For anything richer (several tasks, goals, recurrent inputs), subclass
     :class:`Agent` and write ``run_one_episode`` yourself; this class is the
-    template.
+    template. Without action repetition or a step budget its loop calls
+    ``env.step`` itself and keeps the counters :meth:`Agent.env_step` keeps
+    (``episode_return``, ``episode_steps``, a live ``total_steps``); with
+    either, it goes through ``env_step``.
     """
 
     task_name = "RL"

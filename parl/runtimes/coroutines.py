@@ -227,8 +227,7 @@ class Hub:
             rq.put(item)
 
     def _serve_pending(self) -> None:
-        pending = self.pending[:]  # the list itself stays: row requesters append to it
-        self.pending.clear()
+        pending, self.pending = self.pending, []
         self.rounds += 1
         for sink in pending:
             sink.queued = False
