@@ -84,3 +84,68 @@ def test_a_stop_in_the_middle_of_an_episode_leaves_the_counters_of_the_steps_tak
         wrapper.stop()
     assert (agent.episode_steps, agent.total_steps, agent.episode_return) == (4, 4, 2.0)
     assert not agent.episode_ended  # not a whole episode
+
+
+class StopInLastStoreStep(parl.AgentHelper):
+    """A helper whose store_step meets a stop on the ``last``-th call (a helper that learns there and
+    is told the run is stopping)."""
+
+    last = 3
+
+    def store_step(self, rewards: Any, extras: Any = None) -> None:
+        self.last -= 1
+        if self.last == 0:
+            raise parl.RunStopped("the run is stopping")
+        super().store_step(rewards, extras)
+
+
+def test_a_stop_while_recording_the_last_step_still_counts_the_whole_episode() -> None:
+    from parl.runtimes.control import AgentSlot, RunControl, run_agent_loop
+
+    wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
+    helper = StopInLastStoreStep("RL", wrapper.create_communicator(0))
+    agent = parl.GymAgent(0, HalfRewardEnv(0, length=3), {"RL": helper})
+    control = RunControl(num_agents=1)
+    wrapper.start()
+    try:
+        run_agent_loop(AgentSlot(0, lambda: agent), control)  # returns at the stop
+    finally:
+        wrapper.stop()
+    assert agent.episode_ended
+    assert (control.episodes, list(control.returns[0]), list(control.lengths[0])) == (1, [1.5], [3])
+
+
+class CountingGymAgent(parl.GymAgent):
+    """Overrides env_step (to count, as logging or reward shaping would): the loop must go through it."""
+
+    def __init__(self, agent_id, env, helpers) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(agent_id, env, helpers)
+        self.env_step_calls = 0
+
+    def env_step(self, action: Any) -> parl.StepResult:
+        self.env_step_calls += 1
+        return super().env_step(action)
+
+
+def test_an_overridden_env_step_gets_every_step() -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        CountingGymAgent,
+        lambda i: HalfRewardEnv(i, length=4),
+        parl.ManagerConfig(num_agents=2, runtime="coroutines", max_episodes=4),
+    )
+    manager.run()
+    agents = [s.agent for s in manager.slots]
+    assert all(a.total_steps >= 4 and a.env_step_calls == a.total_steps for a in agents)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("runtime", ["coroutines", "threads"])
+def test_the_step_budget_holds_exactly(runtime: str) -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        parl.GymAgent,
+        lambda i: HalfRewardEnv(i, length=7),
+        parl.ManagerConfig(num_agents=3, runtime=runtime, max_steps=50),
+    )
+    report = manager.run()
+    assert report.steps == 50 == sum(s.agent.total_steps for s in manager.slots)  # type: ignore[union-attr]

@@ -92,3 +92,55 @@ def test_a_hub_serves_the_explore_and_greedy_rows_of_a_round_in_separate_calls(r
         assert all((tag % 2 == 0) == explore for tag in tags)  # one flag per call, the agents' own
         assert len(tags) <= 5  # max_batch_size holds for rows too
     assert any(len(tags) > 1 for _, tags in algo.calls)  # and rows were batched
+
+
+class NaNAgent(parl.Agent):
+    """Agent 3 sends NaN on the second step of every episode; every agent checks each action it gets."""
+
+    def run_one_episode(self) -> float:
+        helper = self.helpers["RL"]
+        obs = self.reset_env()
+        for t in range(100):
+            if self.agent_id == 3 and t == 1:
+                obs = np.array([np.nan, 0.0], np.float32)
+            action = helper.act(obs)
+            assert action == expected_action(obs)[0]  # its own row, in a round that held a NaN row
+            step = self.env_step(action)
+            helper.store_step(step.reward)
+            obs = step.obs
+            if step.done:
+                break
+        helper.store_final({"obs": obs}, True)
+        return self.episode_return
+
+
+@pytest.mark.parametrize("runtime", ["coroutines", "processes"])
+def test_a_nan_row_fails_only_its_agent_and_the_others_get_their_own_rows(
+    runtime: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served: list[int] = []
+    real = parl.ComputationWrapper.predict_rows
+
+    def counting(self, values, explore):  # type: ignore[no-untyped-def]
+        served.append(len(values))
+        return real(self, values, explore)
+
+    monkeypatch.setattr(parl.ComputationWrapper, "predict_rows", counting)
+    manager = parl.Manager(
+        [echo_task_config()],
+        NaNAgent,
+        counter_envs(length=5),
+        parl.ManagerConfig(
+            num_agents=8, runtime=runtime, num_workers=2, max_seconds=60, restart_failed_agents=True, max_restarts=3
+        ),
+    )
+    with pytest.raises(parl.AgentError) as info:
+        manager.run()
+    assert info.value.agent_id == 3 and isinstance(info.value.original, ValueError)
+    assert "agent 3" in str(info.value) and "NaN" in str(info.value)
+    assert manager.control is not None
+    assert {f.agent_id for f in manager.control.failures} == {3}  # nobody else: every other row was right
+    assert len(manager.control.failures) == 4  # the first failure and its three restarts
+    assert sum(len(r) for a, r in manager.control.returns.items() if a != 3) > 0  # the others played on
+    if runtime == "coroutines":
+        assert served and max(served) > 1  # act's rows went through the lanes, batched

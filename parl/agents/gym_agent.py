@@ -9,6 +9,7 @@ import numpy as np
 
 from parl.framework.agent import Agent
 from parl.framework.agent_helper import AgentHelper
+from parl.framework.errors import RunStopped
 
 __all__ = ["GymAgent"]
 
@@ -23,10 +24,12 @@ class GymAgent(Agent):
 
     For anything richer (several tasks, goals, recurrent inputs), subclass
     :class:`Agent` and write ``run_one_episode`` yourself; this class is the
-    template. Without action repetition or a step budget its loop calls
-    ``env.step`` itself and keeps the counters :meth:`Agent.env_step` keeps
-    (``episode_return``, ``episode_steps``, a live ``total_steps``); with
-    either, it goes through ``env_step``.
+    template. Without action repetition its loop does :meth:`Agent.env_step`'s
+    work itself, without a ``StepResult`` per step: the run's step
+    budget, a live ``total_steps``, and ``episode_return`` and
+    ``episode_steps`` written when the episode ends (or is cut by a stop). A
+    subclass that overrides ``env_step``, or an ``action_repeat`` above 1,
+    goes through ``env_step``.
     """
 
     task_name = "RL"
@@ -52,25 +55,38 @@ class GymAgent(Agent):
         helper = self.helpers[self.task_name]
         key, dtype = self._obs_spec.name, self._obs_spec.np_dtype
         obs = np.asarray(self.reset_env(), dtype=dtype)
-        if self.action_repeat != 1 or self.step_budget is not None or self.env is None:
+        env = self.env
+        if self.action_repeat != 1 or type(self).env_step is not Agent.env_step or env is None:
             return self._run_with_env_step(helper, obs)
-        # The common case, once per env step of every agent: env.step without StepResult, with the
-        # episode's counters in locals written back however the episode ends (a stop included).
-        act, env_step, store_step = helper.act, self.env.step, helper.store_step
+        # The common case, once per env step of every agent: env_step's work for one time step,
+        # without StepResult. The episode's counters are locals, written back however the episode
+        # ends (a stop included); total_steps stays live.
+        act, env_step, store_step, budget = helper.act, env.step, helper.store_step, self.step_budget
         episode_return, steps = 0.0, 0
         try:
             while True:
-                obs, reward, terminated, truncated, _ = env_step(act(obs))
+                action = act(obs)
+                if budget is not None and not budget.reserve_step():
+                    raise RunStopped(f"agent {self.agent_id}: the run's step budget is spent")
+                try:
+                    obs, reward, terminated, truncated, _ = env_step(action)
+                except BaseException:
+                    if budget is not None:
+                        budget.release_step()  # a step that did not happen does not use the budget
+                    raise
                 if type(reward) is not float:
                     reward = float(reward)
                 episode_return += reward
                 steps += 1
                 self.total_steps += 1  # live: the run's step count and evaluation schedule read it
+                if terminated or truncated:
+                    # Before store_step, which may wait (a helper that learns) and so meet a stop:
+                    # the episode is whole all the same.
+                    self.episode_ended = True
                 store_step(reward)
                 if type(obs) is not np.ndarray or (obs.dtype is not dtype and obs.dtype != dtype):
                     obs = np.asarray(obs, dtype=dtype)
                 if terminated or truncated:
-                    self.episode_ended = True
                     break
         finally:
             self.episode_return += episode_return
