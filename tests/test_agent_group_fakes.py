@@ -200,6 +200,40 @@ class StepAgent(parl.Agent):
                 return self.episode_return
 
 
+class ActAgent(StepAgent):
+    """StepAgent's loop written with ``act`` and ``store_step``. By default it records what it saw as
+    StepAgent does; subclasses change what is sent (``observe``), the explore flag, or the check of
+    each answer (``check``)."""
+
+    def explore(self) -> bool:
+        return True
+
+    def observe(self, obs: np.ndarray, t: int) -> np.ndarray:
+        """The observation sent on step ``t`` of the episode (the env's, unless a test changes it)."""
+        return obs
+
+    def check(self, obs: np.ndarray, action: Any, helper: parl.AgentHelper) -> None:
+        assert helper.last_prediction is not None
+        self.records.append((obs.copy(), int(action), helper.last_prediction.extras["echo"][0].copy()))
+
+    def run_one_episode(self) -> float:
+        if self.episodes_limit is not None and self.episodes >= self.episodes_limit:
+            raise parl.RunStopped(f"agent {self.agent_id} played its {self.episodes_limit} episodes")
+        helper = self.helpers["RL"]
+        obs = self.reset_env()
+        t = 0
+        while True:
+            obs = self.observe(obs, t)
+            action = helper.act(obs, explore=self.explore())
+            self.check(obs, action, helper)
+            step = self.env_step(action)
+            helper.store_step(step.reward)
+            obs, t = step.obs, t + 1
+            if step.done:
+                helper.store_final({"obs": obs}, step.terminated)
+                return self.episode_return
+
+
 def counter_envs(length: int = 10, end: str = "terminated", **kw: Any) -> Callable[[int], CounterEnv]:
     return lambda i: CounterEnv(tag=i, length=length, end=end, **kw)
 

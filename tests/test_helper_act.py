@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
-from test_agent_group_fakes import EchoAlgorithm, StepAgent, counter_envs, echo_task_config, expected_action
+from test_agent_group_fakes import ActAgent, EchoAlgorithm, counter_envs, echo_task_config, expected_action
 from test_helper_inputs import RecordingHelper, assert_same_transitions
 
 import parl
@@ -149,24 +149,6 @@ def test_act_on_a_recurrent_task_carries_the_states_as_predict_does() -> None:
             by_predict.store_step(0.0)
     finally:
         wrapper.stop()
-
-
-class ActAgent(StepAgent):
-    """StepAgent's loop written with act(); records what it saw as StepAgent does."""
-
-    def run_one_episode(self) -> float:
-        helper = self.helpers["RL"]
-        obs = self.reset_env()
-        while True:
-            action = helper.act(obs)
-            assert helper.last_prediction is not None
-            self.records.append((obs.copy(), int(action), helper.last_prediction.extras["echo"][0].copy()))
-            step = self.env_step(action)
-            helper.store_step(step.reward)
-            obs = step.obs
-            if step.done:
-                helper.store_final({"obs": obs}, step.terminated)
-                return self.episode_return
 
 
 @pytest.mark.timeout(120)

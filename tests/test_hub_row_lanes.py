@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
-from test_agent_group_fakes import EchoAlgorithm, counter_envs, echo_task_config, expected_action
+from test_agent_group_fakes import ActAgent, EchoAlgorithm, counter_envs, echo_task_config, expected_action
 
 import parl
 from parl.framework.communicator import Failure
@@ -55,24 +56,16 @@ def test_predict_rows_returns_a_failure_for_a_task_error_and_none_for_nan() -> N
     assert wrapper.prediction_stats.calls == 0  # neither call counted as served
 
 
-class MixedFlagAgent(parl.Agent):
+class MixedFlagAgent(ActAgent):
     """Acts greedily when its id is odd, exploring when even; checks every action it gets."""
 
-    def run_one_episode(self) -> float:
-        if self.episodes >= 2:
-            raise parl.RunStopped("done")
-        helper = self.helpers["RL"]
-        explore = self.agent_id % 2 == 0
-        obs = self.reset_env()
-        while True:
-            action = helper.act(obs, explore=explore)
-            assert action == expected_action(obs)[0]  # its own row, whichever lane it went in
-            step = self.env_step(action)
-            helper.store_step(step.reward)
-            obs = step.obs
-            if step.done:
-                helper.store_final({"obs": obs}, step.terminated)
-                return self.episode_return
+    episodes_limit = 2
+
+    def explore(self) -> bool:
+        return self.agent_id % 2 == 0
+
+    def check(self, obs: np.ndarray, action: Any, helper: parl.AgentHelper) -> None:
+        assert action == expected_action(obs)[0]  # its own row, whichever lane it went in
 
 
 @pytest.mark.parametrize("runtime", ["coroutines", "processes"])  # hubs: in this process, in worker processes
@@ -94,24 +87,14 @@ def test_a_hub_serves_the_explore_and_greedy_rows_of_a_round_in_separate_calls(r
     assert any(len(tags) > 1 for _, tags in algo.calls)  # and rows were batched
 
 
-class NaNAgent(parl.Agent):
+class NaNAgent(ActAgent):
     """Agent 3 sends NaN on the second step of every episode; every agent checks each action it gets."""
 
-    def run_one_episode(self) -> float:
-        helper = self.helpers["RL"]
-        obs = self.reset_env()
-        for t in range(100):
-            if self.agent_id == 3 and t == 1:
-                obs = np.array([np.nan, 0.0], np.float32)
-            action = helper.act(obs)
-            assert action == expected_action(obs)[0]  # its own row, in a round that held a NaN row
-            step = self.env_step(action)
-            helper.store_step(step.reward)
-            obs = step.obs
-            if step.done:
-                break
-        helper.store_final({"obs": obs}, True)
-        return self.episode_return
+    def observe(self, obs: np.ndarray, t: int) -> np.ndarray:
+        return np.array([np.nan, 0.0], np.float32) if self.agent_id == 3 and t == 1 else obs
+
+    def check(self, obs: np.ndarray, action: Any, helper: parl.AgentHelper) -> None:
+        assert action == expected_action(obs)[0]  # its own row, in a round that held a NaN row
 
 
 @pytest.mark.parametrize("runtime", ["coroutines", "processes"])
