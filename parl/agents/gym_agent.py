@@ -95,7 +95,7 @@ class GymAgent(Agent):
         return self.episode_return
 
     def _run_with_env_step(self, helper: AgentHelper, obs: np.ndarray) -> float:
-        """The loop through :meth:`Agent.env_step` (action repetition, a step budget)."""
+        """The loop through :meth:`Agent.env_step`: action repetition, or a subclass's own ``env_step``."""
         key, dtype = self._obs_spec.name, self._obs_spec.np_dtype
         act, env_step, store_step = helper.act, self.env_step, helper.store_step
         while True:
