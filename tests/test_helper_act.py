@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import paddle
 import pytest
@@ -15,49 +17,45 @@ from parl.algorithms.ppo import PPO, PPOConfig
 from parl.data.specs import FieldSpec
 
 
-def _echo_wrapper() -> parl.ComputationWrapper:
-    return parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
+@pytest.fixture
+def wrapper() -> Iterator[parl.ComputationWrapper]:
+    """A wrapper of an EchoAlgorithm task, stopped after the test (which starts it once its helpers exist)."""
+    made = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
+    yield made
+    made.stop()
 
 
 @pytest.mark.timeout(30)
-def test_act_and_store_step_record_what_predict_and_store_data_record() -> None:
-    wrapper = _echo_wrapper()
+def test_act_and_store_step_record_what_predict_and_store_data_record(wrapper: parl.ComputationWrapper) -> None:
     by_act, by_data = (RecordingHelper("RL", wrapper.create_communicator(i)) for i in (0, 1))
     wrapper.start()
-    try:
-        for i in range(4):
-            obs = np.array([i, i + 0.5], np.float32)
-            a = by_act.act(obs)
-            by_act.store_step(float(i))
-            b = by_data.predict({"obs": obs})["action"]
-            by_data.store_data({"obs": obs}, {"action": b}, float(i))
-            assert a == b == expected_action(obs)[0]
-            assert by_act.last_prediction is not None
-            np.testing.assert_array_equal(by_act.last_prediction.extras["echo"], [obs * 2.0])  # its own row
-        final = np.array([9.0, 9.5], np.float32)
-        by_act.store_final({"obs": final}, terminated=True)
-        by_data.store_final({"obs": final}, terminated=True)
-    finally:
-        wrapper.stop()
+    for i in range(4):
+        obs = np.array([i, i + 0.5], np.float32)
+        a = by_act.act(obs)
+        by_act.store_step(float(i))
+        b = by_data.predict({"obs": obs})["action"]
+        by_data.store_data({"obs": obs}, {"action": b}, float(i))
+        assert a == b == expected_action(obs)[0]
+        assert by_act.last_prediction is not None
+        np.testing.assert_array_equal(by_act.last_prediction.extras["echo"], [obs * 2.0])  # its own row
+    final = np.array([9.0, 9.5], np.float32)
+    by_act.store_final({"obs": final}, terminated=True)
+    by_data.store_final({"obs": final}, terminated=True)
     assert len(by_act.transitions) == len(by_data.transitions) == 4
     assert_same_transitions(by_act.transitions, by_data.transitions)
 
 
 @pytest.mark.timeout(30)
-def test_store_data_of_the_objects_act_saw_records_that_step_once() -> None:
-    wrapper = _echo_wrapper()
+def test_store_data_of_the_objects_act_saw_records_that_step_once(wrapper: parl.ComputationWrapper) -> None:
     helper = RecordingHelper("RL", wrapper.create_communicator(2))
     wrapper.start()
-    try:
-        obs0, obs1 = np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32)
-        a0 = helper.act(obs0)
-        helper.store_data({"obs": obs0}, {"action": a0}, 1.0)
-        with pytest.raises(ValueError, match="call predict first"):
-            helper.store_step(1.0)  # store_data recorded that step
-        a1 = helper.act(obs1)
-        helper.store_data({"obs": obs1}, {"action": a1}, 2.0)
-    finally:
-        wrapper.stop()
+    obs0, obs1 = np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32)
+    a0 = helper.act(obs0)
+    helper.store_data({"obs": obs0}, {"action": a0}, 1.0)
+    with pytest.raises(ValueError, match="call predict first"):
+        helper.store_step(1.0)  # store_data recorded that step
+    a1 = helper.act(obs1)
+    helper.store_data({"obs": obs1}, {"action": a1}, 2.0)
     (t,) = helper.transitions
     np.testing.assert_array_equal(t.inputs["obs"][0], obs0)
     np.testing.assert_array_equal(t.next_inputs["obs"][0], obs1)
@@ -65,37 +63,29 @@ def test_store_data_of_the_objects_act_saw_records_that_step_once() -> None:
 
 
 @pytest.mark.timeout(30)
-def test_act_converts_within_the_dtype_kind_and_records_the_converted_input() -> None:
-    wrapper = _echo_wrapper()
+def test_act_converts_within_the_dtype_kind_and_records_the_converted_input(wrapper: parl.ComputationWrapper) -> None:
     helper = RecordingHelper("RL", wrapper.create_communicator(0))
     wrapper.start()
-    try:
-        a = helper.act(np.array([3.0, 1.0]))  # float64: sent as float32
-        assert a == expected_action(np.array([3.0, 1.0]))[0]
-        helper.store_step(1.0)
-        helper.act([5.0, 2.0])  # a list is converted too
-        helper.store_step(1.0)
-    finally:
-        wrapper.stop()
+    a = helper.act(np.array([3.0, 1.0]))  # float64: sent as float32
+    assert a == expected_action(np.array([3.0, 1.0]))[0]
+    helper.store_step(1.0)
+    helper.act([5.0, 2.0])  # a list is converted too
+    helper.store_step(1.0)
     (t,) = helper.transitions
     assert t.inputs["obs"].dtype == np.float32 and t.next_inputs["obs"].dtype == np.float32
     np.testing.assert_array_equal(t.next_inputs["obs"][0], [5.0, 2.0])
 
 
 @pytest.mark.timeout(30)
-def test_act_refuses_an_input_of_the_wrong_shape_and_leaves_no_step_open() -> None:
-    wrapper = _echo_wrapper()
+def test_act_refuses_an_input_of_the_wrong_shape_and_leaves_no_step_open(wrapper: parl.ComputationWrapper) -> None:
     helper = parl.AgentHelper("RL", wrapper.create_communicator(7))
     wrapper.start()
-    try:
-        with pytest.raises(ValueError, match=r"agent 7, task 'RL', inputs field 'obs': expected shape \(2,\)"):
-            helper.act(np.zeros(3, np.float32))
-        with pytest.raises(ValueError, match="call predict first"):
-            helper.store_step(1.0)
-        with pytest.raises(ValueError, match=r"agent 7, task 'RL', inputs field 'obs'"):
-            helper.comm.predict_row(np.zeros((1, 2), np.float32))  # a sample axis is not one sample
-    finally:
-        wrapper.stop()
+    with pytest.raises(ValueError, match=r"agent 7, task 'RL', inputs field 'obs': expected shape \(2,\)"):
+        helper.act(np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="call predict first"):
+        helper.store_step(1.0)
+    with pytest.raises(ValueError, match=r"agent 7, task 'RL', inputs field 'obs'"):
+        helper.comm.predict_row(np.zeros((1, 2), np.float32))  # a sample axis is not one sample
 
 
 class _TwoInputs(parl.Model):
@@ -180,14 +170,10 @@ class _CountingPredictHelper(parl.AgentHelper):
 
 
 @pytest.mark.timeout(30)
-def test_act_goes_through_a_helper_s_own_predict() -> None:
-    wrapper = _echo_wrapper()
+def test_act_goes_through_a_helper_s_own_predict(wrapper: parl.ComputationWrapper) -> None:
     helper = _CountingPredictHelper("RL", wrapper.create_communicator(0))
     wrapper.start()
-    try:
-        obs = np.array([2.0, 1.0], np.float32)
-        assert helper.act(obs) == expected_action(obs)[0]
-        helper.store_step(1.0)
-    finally:
-        wrapper.stop()
+    obs = np.array([2.0, 1.0], np.float32)
+    assert helper.act(obs) == expected_action(obs)[0]
+    helper.store_step(1.0)
     assert len(helper.seen) == 1 and helper.seen[0] is obs

@@ -146,16 +146,11 @@ class AgentHelper:
         # One scalar reward field: a float reward is stored without the general check.
         only = self.reward_specs[0] if len(self.reward_specs) == 1 else None
         self._scalar_reward = only if only is not None and only.shape == () and only.np_dtype.kind == "f" else None
-        # store_step of a float reward does nothing but its check when nothing would run in store_data:
-        # no hook, no override, one scalar reward field.
-        self._store_step_fast = (
-            self._consumes_nothing
-            and type(self).store_data is AgentHelper.store_data
-            and self._scalar_reward is not None
-        )
-        # store_final of a helper that keeps nothing only checks the observation (fast_checked, then
-        # the full check through store_data when that declines).
+        # Nothing would run in store_data but its checks (no hook, no override): store_final only checks
+        # the observation (fast_checked, then the full check through store_data when that declines), and
+        # store_step of a float reward to the one scalar reward field only checks the reward.
         self._final_fast = self._consumes_nothing and type(self).store_data is AgentHelper.store_data
+        self._store_step_fast = self._final_fast and self._scalar_reward is not None
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
 

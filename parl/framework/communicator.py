@@ -171,8 +171,7 @@ class Communicator:
         # flight, and whoever serves it is done with it once the answer is out (the one place that
         # creates and drops an object per agent step otherwise).
         self._sample_request = PredictRequest({}, {}, True, single=True)
-        self.sample_item = (self, self._sample_request)
-        """The ``(communicator, request)`` pair of every single-sample request, refilled per call."""
+        self._sample_item = (self, self._sample_request)
 
     # ------------------------------------------------------------ prediction
     def put_prediction_data(self, inputs: dict[str, Any], states: dict[str, Any], explore: bool = True) -> None:
@@ -253,7 +252,7 @@ class Communicator:
         ):
             request = self._sample_request
             request.inputs, request.states, request.explore = {only[0]: value}, {}, explore
-            self.prediction_q.put(self.sample_item)
+            self.prediction_q.put(self._sample_item)
             item = self.prediction_return_q.get(wrapper.check_alive)
             if type(item) is tuple:
                 return value, item[0], item[1]

@@ -264,15 +264,17 @@ class Hub:
             try:
                 if wrapper.error is not None:
                     # The wrapper died (here or in its training loop): answer, do not serve.
-                    wrapper.fail(wrapper.error, "", _row_items(qs, vs, explore), "predict")
+                    wrapper.fail(wrapper.error, "", _row_items(wrapper, qs, vs, explore), "predict")
                     continue
                 result = wrapper.predict_rows(vs, explore)
                 if result is None:
                     # A row holds NaN or inf: as requests, so that only its agent gets the error.
-                    wrapper.serve_predictions(_row_items(qs, vs, explore))
+                    wrapper.serve_predictions(_row_items(wrapper, qs, vs, explore))
                     continue
             except Exception as exc:  # noqa: BLE001 - serving itself failed (task errors come back as a Failure)
-                wrapper.fail(exc, traceback.format_exc(), _row_items(queues[lo:], values[lo:], explore), "predict")
+                wrapper.fail(
+                    exc, traceback.format_exc(), _row_items(wrapper, queues[lo:], values[lo:], explore), "predict"
+                )
                 break
             if isinstance(result, Failure):
                 for q in qs:
@@ -297,12 +299,15 @@ class Hub:
                     logger.debug("agent greenlet failed while stopping", exc_info=True)
 
 
-def _row_items(queues: list[_HubReturnQueue], values: list[np.ndarray], explore: bool) -> list[PredictItem]:
+def _row_items(
+    wrapper: ComputationWrapper, queues: list[_HubReturnQueue], values: list[np.ndarray], explore: bool
+) -> list[PredictItem]:
     """One-sample requests of a row lane as the general ``(communicator, request)`` pairs."""
+    key = wrapper.task.input_specs[0].name
     items: list[PredictItem] = []
     for q, v in zip(queues, values):
         assert q.comm is not None  # set by row_requester, the only writer to a lane
-        items.append((q.comm, PredictRequest({q.comm.single_input[0]: v}, {}, explore, single=True)))  # type: ignore[index]
+        items.append((q.comm, PredictRequest({key: v}, {}, explore, single=True)))
     return items
 
 
