@@ -343,6 +343,8 @@ def run_parl(problem: Problem, seed: int, quick: int) -> RunResult:
     start = time.monotonic()
     manager = _build_parl_manager(problem, seed, max_steps)
     manager.config.max_seconds = cap
+    # The evaluation schedule is checked at each poll: poll often, so that time to solve is read to 10 ms.
+    manager.config.poll_s = 0.01
     task = manager.tasks["RL"] if "RL" in manager.tasks else next(iter(manager.tasks.values()))
     every = max(100, max_steps // 2) if quick else problem.eval_every
     protocol = EvalProtocol(problem.threshold, every, start)

@@ -224,6 +224,27 @@ def _new_thread_named(name: str, before: set[threading.Thread]) -> threading.Thr
     return thread
 
 
+def test_idle_wrapper_loops_sleep_through_their_poll_yet_stop_at_once() -> None:
+    # poll_s is only a safety net: stop() wakes loops blocked on empty queues with a wake-up item,
+    # which is never served or answered; requests around it are served as usual.
+    before = live_threads()
+    algo = EchoAlgorithm()
+    wrapper = _wrapper(parl.WrapperConfig(poll_s=60.0, train_max_wait_s=0.0), algo)
+    wrapper.serve_predictions_in_thread = True
+    comm = wrapper.create_communicator(0)
+    wrapper.start()
+    comm.put_training_data(make_batch(_rows(0, 3), np.zeros(3)))
+    np.testing.assert_array_equal(comm.get_training_return().per_sample["obs_echo"], _rows(0, 3))
+    time.sleep(0.2)  # both loops are now blocked on empty queues, for up to 60 s
+    start = time.monotonic()
+    assert wrapper.stop(timeout=10.0) == []
+    assert time.monotonic() - start < 2.0  # not the 60 s poll (generous: a loaded machine is slow)
+    assert algo.learn_sizes == [3]
+    assert threads_started_since(before, grace_s=5.0) == []
+    with pytest.raises(parl.RunStopped):
+        comm.predict_sample({"obs": np.zeros(2, np.float32)}, {}, True)
+
+
 def test_wrapper_stop_names_a_loop_stuck_in_learn_which_then_ends_without_new_work() -> None:
     before = live_threads()
     algo = EchoAlgorithm(learn_sleep=4.0)

@@ -54,8 +54,11 @@ class WrapperConfig:
     """After the first training request, wait at most this long to reach ``min_train_batch_size``."""
     check_data: bool = True
     """Validate every request against the specs on the agent's side."""
-    poll_s: float = 0.05
-    """How often idle loops look at the stop flag."""
+    poll_s: float = 1.0
+    """Longest an idle loop sleeps between looks at the stop flag. ``stop`` wakes the loops at once
+    (it puts a wake-up item in their queues), so this is only a safety net: an idle loop wakes no
+    more often than this, and a thread that keeps the GIL busy (a hub of agents) is not
+    interrupted by idle polls."""
     learn_on_caller: bool = False
     """Serve a training request on the calling thread when it alone fills a learning call
     (``min_train_batch_size`` samples), no other request waits and no learning call runs: no
@@ -275,8 +278,8 @@ class ComputationWrapper:
         """Stop both loops and answer every request still queued with ``RunStopped``.
 
         Returns the names of the loop threads still alive after ``timeout`` seconds (an empty
-        list when both have ended). The loops notice the stop within ``WrapperConfig.poll_s``
-        unless they are inside a task call (``predict`` or ``learn``); the threads are joined
+        list when both have ended). The loops notice the stop at once (a wake-up item in each
+        queue) unless they are inside a task call (``predict`` or ``learn``); the threads are joined
         for at most ``timeout`` seconds in all, then ``stop`` returns. Python cannot interrupt
         a call, so a loop still inside one outlives ``stop``; it starts no new call: when its
         call returns it answers that call's agents, answers anything queued since with
@@ -284,6 +287,8 @@ class ComputationWrapper:
         """
         self.stopping = True
         self._stop.set()
+        self.prediction_q.put(_WAKE)  # a loop blocked on an empty queue sees the stop now
+        self.training_q.put(_WAKE)
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -313,11 +318,18 @@ class ComputationWrapper:
     def _fail_pending(self, exc: BaseException | None, tb: str) -> None:
         """Answer every queued request with ``exc`` (None: this wrapper's WrapperError)."""
         for q, kind in ((self.prediction_q, "predict"), (self.training_q, "learn")):
+            woke = False
             while True:
                 try:
-                    comm, _ = q.get_nowait()
+                    item = q.get_nowait()
                 except queue.Empty:
+                    if woke:
+                        q.put(_WAKE)  # stop's wake-up belongs to the loop of this queue: leave it there
                     break
+                if item is _WAKE:
+                    woke = True
+                    continue
+                comm = item[0]
                 if exc is None:
                     self._answer(comm, kind, Failure(self.failure_error(), self._error_tb, kind))
                 else:
@@ -338,7 +350,8 @@ class ComputationWrapper:
         samples (a request that would pass the limit is carried over to the next call). When the
         queue is empty it waits for more until ``wait_s`` after the first request, but stops
         waiting as soon as ``minimum`` samples are there unless ``linger`` is set. Waits are cut
-        into ``poll_s`` slices so that a stop is noticed; on a stop the items taken are returned.
+        into ``poll_s`` slices as a safety net; ``stop`` wakes them with a :data:`_WAKE` item, which is
+        never served. On a stop the items taken are returned.
         """
         items: list[Any] = []
         if carry:
@@ -346,10 +359,12 @@ class ComputationWrapper:
         else:
             while not self._stop.is_set():
                 try:
-                    items.append(q.get(timeout=self.config.poll_s))
-                    break
+                    first = q.get(timeout=self.config.poll_s)
                 except queue.Empty:
                     continue
+                if first is not _WAKE:
+                    items.append(first)
+                    break
             if not items:
                 return items
         samples = _samples(items[0][1])
@@ -367,6 +382,8 @@ class ComputationWrapper:
                     item = q.get(timeout=min(remaining, self.config.poll_s))
                 except queue.Empty:
                     continue
+            if item is _WAKE:
+                continue  # stop() woke this wait: the loop above looks at the flag
             n = _samples(item[1])
             if samples + n > limit:
                 carry.append(item)
@@ -599,6 +616,10 @@ def _check_rows(pred: Prediction, rows: int, task: str) -> None:
                     f"task {task!r}: the prediction's field {k!r} has shape {np.shape(v)}, expected {rows} rows "
                     "(one per sample of the batch)"
                 )
+
+
+_WAKE: Any = object()
+"""Put in a wrapper's queues by ``stop`` to wake a loop blocked on an empty queue; never a request."""
 
 
 def _samples(request: Any) -> int:

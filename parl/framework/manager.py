@@ -121,8 +121,11 @@ class ManagerConfig:
     """Time ``stop()`` may take to end every thread."""
     seed: int = 0
     """Agent ``i`` resets its env with seed ``seed + i`` on its first episode."""
-    poll_s: float = 0.01
-    """How often ``run`` checks stop conditions."""
+    poll_s: float = 0.05
+    """How often ``run`` checks ``stop_when``, the time budget and that the runtime is alive. A stop
+    requested by an agent (a step or episode budget used up, a failure) wakes ``run`` at once; each
+    poll wakes the calling thread, which then takes the GIL from the agents' threads for a moment,
+    so polling far more often than this costs agent throughput."""
     faults: FaultConfig = field(default_factory=FaultConfig)
     """How env crashes and hangs are handled (by default an env error fails its agent)."""
     helper_state_timeout_s: float = 60.0
