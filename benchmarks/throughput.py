@@ -13,12 +13,13 @@ the throughput section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import resource
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +86,10 @@ def _timed(seconds: float, one_round: Callable[[], int]) -> tuple[float, float]:
     return steps / (time.perf_counter() - start), (time.process_time() - cpu) / steps * 1e6
 
 
-def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> tuple[float, float]:
-    """Env steps per second of a SyncVectorEnv loop with one batched forward per step, and its CPU µs per step."""
+@contextlib.contextmanager
+def vector_rounds(make_env: Callable[[], gym.Env], obs_dim: int, n: int) -> Iterator[Callable[[], int]]:
+    """A SyncVectorEnv of ``n`` envs with one batched forward per step, as a function that steps all of
+    them once and returns ``n`` (the envs are closed on exit)."""
     model, staging = MLPPolicy(obs_dim), TensorStaging()
     envs = gym.vector.SyncVectorEnv([make_env for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     obs = envs.reset(seed=0)[0]
@@ -97,19 +100,21 @@ def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: 
         return n
 
     try:
-        return _timed(seconds, one_round)
+        yield one_round
     finally:
         envs.close()
 
 
-def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> tuple[float, float]:
-    """The floor of any blocking-style design: env steps/s and CPU µs per step of ``n`` agents written
-    as ``obs -> predict -> env.step`` greenlets, whose requests a minimal scheduler serves with the
-    vector loop's batched forward. No framework: no checks, bookkeeping, stop or failure handling.
+def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> tuple[float, float]:
+    """Env steps per second of a SyncVectorEnv loop with one batched forward per step, and its CPU µs per step."""
+    with vector_rounds(make_env, obs_dim, n) as one_round:
+        return _timed(seconds, one_round)
 
-    What the agent path costs above this row is the framework's own cost; what this row costs above
-    the vector loop is the cost of writing agents in blocking style (two greenlet switches per step).
-    """
+
+@contextlib.contextmanager
+def floor_rounds(make_env: Callable[[], gym.Env], obs_dim: int, n: int) -> Iterator[Callable[[], int]]:
+    """``n`` greenlet agents (``obs -> predict -> env.step``) under a minimal scheduler, as a function that
+    serves one round of their requests with one batched forward and returns the env steps taken."""
     model, staging = MLPPolicy(obs_dim), TensorStaging()
     hub = greenlet.getcurrent()
     pending: list[tuple[greenlet.greenlet, np.ndarray]] = []
@@ -136,12 +141,24 @@ def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, second
     for i, (g, env) in enumerate(zip(agents, envs)):
         g.switch(env, i)  # runs to its first request
     try:
-        return _timed(seconds, one_round)
+        yield one_round
     finally:
         for g in agents:
             g.throw(greenlet.GreenletExit)  # ends each agent where it waits
         for env in envs:
             env.close()
+
+
+def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> tuple[float, float]:
+    """The floor of any blocking-style design: env steps/s and CPU µs per step of ``n`` agents written
+    as ``obs -> predict -> env.step`` greenlets, whose requests a minimal scheduler serves with the
+    vector loop's batched forward. No framework: no checks, bookkeeping, stop or failure handling.
+
+    What the agent path costs above this row is the framework's own cost; what this row costs above
+    the vector loop is the cost of writing agents in blocking style (two greenlet switches per step).
+    """
+    with floor_rounds(make_env, obs_dim, n) as one_round:
+        return _timed(seconds, one_round)
 
 
 def _busy_loop(seconds: float, out: Any) -> None:
