@@ -77,21 +77,17 @@ def _instrument(on: bool) -> None:
 
 def child(row: str, n: int, steps: int) -> None:
     """Run one row under callgrind (started with instrumentation off) and print the env steps counted."""
-    import gymnasium as gym
     import numpy as np
     import paddle
 
-    from benchmarks.throughput import floor_rounds, vector_rounds
+    from benchmarks.throughput import ENVS, agent_manager, floor_rounds, vector_rounds
 
     paddle.seed(0)  # the same weights, so the same episodes, in every run
     np.random.seed(0)
-
-    def make_env() -> gym.Env:
-        return gym.make("CartPole-v1")
-
+    make_env, obs_dim = ENVS["CartPole-v1"]
     if row in ("vector", "floor"):
         rounds = vector_rounds if row == "vector" else floor_rounds
-        with rounds(make_env, 4, n) as one_round, paddle.no_grad():
+        with rounds(make_env, obs_dim, n) as one_round, paddle.no_grad():
             for _ in range(max(1, 2_000 // n)):  # warm-up
                 one_round()
             taken = 0
@@ -101,15 +97,10 @@ def child(row: str, n: int, steps: int) -> None:
             _instrument(False)
     else:
         import parl
-        from benchmarks.common import GreedyPolicy, MLPPolicy
-        from parl.agents import GymAgent
 
-        task = parl.TaskConfig(
-            "RL", GreedyPolicy(lambda: MLPPolicy(4)), parl.AgentHelper, wrapper=parl.WrapperConfig(max_batch_size=4096)
-        )
         config = parl.ManagerConfig(num_agents=n, runtime=row, max_episodes=max(1, steps // 10), poll_s=3600.0)
         _instrument(True)
-        manager = parl.Manager([task], GymAgent, lambda i: make_env(), config)
+        manager = agent_manager(make_env, obs_dim, config)
         manager.run()
         _instrument(False)
         taken = manager.wrappers["RL"].prediction_stats.samples

@@ -239,13 +239,19 @@ class _Window:
         return False
 
 
+def agent_manager(make_env: Callable[[], gym.Env], obs_dim: int, config: parl.ManagerConfig) -> parl.Manager:
+    """The agent path's Manager: ``config.num_agents`` GymAgents on one task "RL" (the rows' model,
+    greedy), batching every request of a round into one call."""
+    algo = GreedyPolicy(lambda: MLPPolicy(obs_dim))
+    task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=parl.WrapperConfig(max_batch_size=4096))
+    return parl.Manager([task], GymAgent, lambda i: make_env(), config)
+
+
 def agent_path(
     make_env: Callable[[], gym.Env], obs_dim: int, n: int, runtime: str, seconds: float, workers: int = 2
 ) -> dict[str, Any]:
-    algo = GreedyPolicy(lambda: MLPPolicy(obs_dim))
-    task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=parl.WrapperConfig(max_batch_size=4096))
     config = parl.ManagerConfig(num_agents=n, runtime=runtime, max_seconds=600, num_workers=workers)
-    manager = parl.Manager([task], GymAgent, lambda i: make_env(), config)
+    manager = agent_manager(make_env, obs_dim, config)
     window = _Window(lambda: manager.wrappers["RL"].prediction_stats.samples, warmup=0.5, seconds=seconds)
     report = manager.run(stop_when=window)
     stats = report.prediction_stats["RL"]
