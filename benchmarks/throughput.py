@@ -239,19 +239,26 @@ class _Window:
         return False
 
 
-def agent_manager(make_env: Callable[[], gym.Env], obs_dim: int, config: parl.ManagerConfig) -> parl.Manager:
+def agent_manager(
+    make_env: Callable[[], gym.Env], obs_dim: int, config: parl.ManagerConfig, predict_in_workers: bool = False
+) -> parl.Manager:
     """The agent path's Manager: ``config.num_agents`` GymAgents on one task "RL" (the rows' model,
-    greedy), batching every request of a round into one call."""
+    greedy), batching every request of a round into one call (in the workers, on replicas of the task,
+    with ``predict_in_workers``)."""
     algo = GreedyPolicy(lambda: MLPPolicy(obs_dim))
-    task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=parl.WrapperConfig(max_batch_size=4096))
+    wrapper = parl.WrapperConfig(max_batch_size=4096, predict_in_workers=predict_in_workers)
+    task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=wrapper)
     return parl.Manager([task], GymAgent, lambda i: make_env(), config)
 
 
 def agent_path(
     make_env: Callable[[], gym.Env], obs_dim: int, n: int, runtime: str, seconds: float, workers: int = 2
 ) -> dict[str, Any]:
-    config = parl.ManagerConfig(num_agents=n, runtime=runtime, max_seconds=600, num_workers=workers)
-    manager = agent_manager(make_env, obs_dim, config)
+    replicas = runtime == REPLICAS
+    config = parl.ManagerConfig(
+        num_agents=n, runtime="processes" if replicas else runtime, max_seconds=600, num_workers=workers
+    )
+    manager = agent_manager(make_env, obs_dim, config, predict_in_workers=replicas)
     window = _Window(lambda: manager.wrappers["RL"].prediction_stats.samples, warmup=0.5, seconds=seconds)
     report = manager.run(stop_when=window)
     stats = report.prediction_stats["RL"]
@@ -264,7 +271,10 @@ def agent_path(
     }
 
 
-REPEATED = {("coroutines", 1), ("processes", 2)}
+REPLICAS = "replicas"
+"""The process runtime with ``WrapperConfig.predict_in_workers``: each worker predicts on its own replica."""
+
+REPEATED = {("coroutines", 1), ("processes", 2), (REPLICAS, 2)}
 """The runtimes measured in every round (the targets' rows); the others are measured in the first."""
 
 
@@ -306,6 +316,8 @@ def _summary(env_name: str, n: int, row: str, runs: list[dict[str, Any]], refs: 
 
 
 def _label(runtime: str, workers: int) -> str:
+    if runtime == REPLICAS:
+        return f"agent path, processes P={workers}, replicas"
     return f"agent path, {runtime}" + (f" P={workers}" if runtime in ("processes", "ray") else "")
 
 
@@ -323,7 +335,9 @@ def measure_n(env_name: str, n: int, seconds: float, repeats: int, runtimes: lis
         for runtime, workers in runtimes:
             if runtime == "threads" and n > 64:
                 continue  # 256 threads measure the GIL, not the design
-            if (runtime == "processes" and workers > n) or (round_ > 0 and (runtime, workers) not in REPEATED):
+            if (runtime in ("processes", REPLICAS) and workers > n) or (
+                round_ > 0 and (runtime, workers) not in REPEATED
+            ):
                 continue
             label = _label(runtime, workers)
             runs.setdefault(label, []).append(_measure(env_name, n, label, seconds, runtime, workers))
@@ -468,7 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     seconds = 0.5 if args.quick else args.seconds
     repeats = 1 if args.quick else args.repeats
     ns = [1, 16] if args.quick else [1, 4, 16, 64, 256]
-    runtimes = [("coroutines", 1), ("threads", 1), ("processes", 1), ("processes", 2)]
+    runtimes = [("coroutines", 1), ("threads", 1), ("processes", 1), ("processes", 2), (REPLICAS, 1), (REPLICAS, 2)]
     rows: list[dict[str, Any]] = []
     refs: dict[tuple[str, int], float] = {}
     for env_name, (make_env, _) in ENVS.items():
@@ -528,7 +542,8 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "",
         "Same model in every row (obs-64-2 MLP, greedy actions); env steps per second over all agents;",
         "ratio = agent path / vector loop at the same N, measured in the same run. The vector loop, the floor",
-        "and the target rows (coroutines; processes P=2) are measured in interleaved rounds (a row's 'runs'):",
+        "and the target rows (coroutines; processes P=2, with and without replicas) are measured in",
+        "interleaved rounds (a row's 'runs'):",
         "their figures are medians over the rounds, and their ratio is the median of each round's ratio to",
         "that round's vector loop, with the lowest and highest in brackets. The other rows run once, in the",
         "first round. CPU per step: CPU time",

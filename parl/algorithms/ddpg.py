@@ -80,6 +80,8 @@ class DDPG(Algorithm):
     ``target_q_mean`` and per sample ``td_error`` (``Q(s, a) - y``).
     """
 
+    replica_counters = ("explored_samples",)
+
     def __init__(self, model: Model | ModelFactory, config: DDPGConfig | None = None) -> None:
         super().__init__(model)
         self.config = c = config if config is not None else DDPGConfig()

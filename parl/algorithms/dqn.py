@@ -88,6 +88,8 @@ class DQN(Algorithm):
     uses_bootstrap_steps = True
     """This algorithm reads ``TrainingBatch.bootstrap_steps`` (n-step transitions)."""
 
+    replica_counters = ("explored_samples",)
+
     def __init__(self, model: Model | ModelFactory, config: DQNConfig | None = None) -> None:
         super().__init__(model)
         self.config = config if config is not None else DQNConfig()

@@ -119,6 +119,8 @@ class SAC(Algorithm):
     ``td_error`` (``Q1(s, a) - y``).
     """
 
+    replica_counters = ("explored_samples",)
+
     def __init__(self, model: Model | ModelFactory, config: SACConfig | None = None) -> None:
         super().__init__(model)
         self.config = c = config if config is not None else SACConfig()

@@ -91,6 +91,8 @@ class TD3(Algorithm):
     and per sample ``td_error`` (``Q1(s, a) - y``).
     """
 
+    replica_counters = ("explored_samples",)
+
     def __init__(self, model: Model | ModelFactory, config: TD3Config | None = None) -> None:
         super().__init__(model)
         self.config = c = config if config is not None else TD3Config()

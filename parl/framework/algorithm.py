@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import paddle
@@ -67,6 +67,14 @@ class Algorithm:
     ``learn`` returns a dict of tensors: 0-d tensors become scalar metrics,
     tensors with one row per sample are handed back per sample.
     """
+
+    replica_counters: ClassVar[tuple[str, ...]] = ()
+    """Names of int attributes that :meth:`predict` advances (e.g. DQN's ``explored_samples``).
+
+    With predictions in worker processes (``WrapperConfig.predict_in_workers``) each worker
+    predicts on a replica of this algorithm; the runtime keeps these counters summed over all
+    replicas, so a schedule driven by them (an epsilon decay) follows the run's total. Any
+    other state that ``predict`` changes stays per replica."""
 
     def __init__(self, model: Model | ModelFactory) -> None:
         # Set before any model is built: warm_up and create_model may run subclass code.
@@ -178,6 +186,17 @@ class Algorithm:
         if self.optimizer is not None:
             items["optimizer"] = self.optimizer
         return items
+
+    def on_replica(self, index: int, seed: int) -> None:
+        """Called once on a worker process's replica of this algorithm, before its first prediction.
+
+        ``index`` is the worker's and ``seed`` a seed derived from the run's seed and ``index``.
+        The default gives every ``numpy.random.Generator`` attribute a stream of its own, so that
+        replicas do not draw the same exploration noise; override to reseed other random state.
+        """
+        for name, value in list(vars(self).items()):
+            if isinstance(value, np.random.Generator):
+                setattr(self, name, np.random.default_rng([seed, index]))
 
     def extra_state(self) -> dict[str, Any]:
         """Plain-Python state saved with the parameters: counters, RNG states.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -77,6 +78,32 @@ class ComputationTask:
         self.reward_specs: list[FieldSpec] = list(model.reward_specs())
         self.extra_learn_specs: list[FieldSpec] = list(self.algorithm.extra_learn_specs())
         self.extra_predict_specs: list[FieldSpec] = list(self.algorithm.extra_predict_specs())
+        self._update_listeners: list[Callable[[], None]] = []
+
+    def add_update_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` after every change of the parameters through this task (``learn``, ``load``).
+
+        It runs in the thread that changed them, under the model's ``learn_lock``, before that
+        call returns (the process runtime publishes the parameters to its workers' replicas
+        this way). Returns a function that removes the listener::
+
+            remove = task.add_update_listener(lambda: print("new parameters"))
+            ...
+            remove()
+        """
+        if not callable(listener):
+            raise TypeError(f"task {self.name!r}: an update listener must be callable, got {type(listener).__name__}")
+        self._update_listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._update_listeners.remove(listener)
+
+        return remove
+
+    def _parameters_changed(self) -> None:
+        for listener in list(self._update_listeners):
+            listener()
 
     # ------------------------------------------------------------ predict
     def initial_states(self, batch_size: int) -> dict[str, np.ndarray]:
@@ -207,6 +234,8 @@ class ComputationTask:
         )
         with self.algorithm.model.learn_lock:
             out = self.algorithm.learn(tensor_batch)
+            if self._update_listeners:
+                self._parameters_changed()
         result = LearnResult()
         for key, value in out.items():
             arr = value.numpy() if isinstance(value, paddle.Tensor) else np.asarray(value)
@@ -272,6 +301,7 @@ class ComputationTask:
                 state[key] = _rename_optimizer_state(state[key], rename)
         with algo.model.learn_lock:
             algo.set_state_dict(state)
+            self._parameters_changed()
 
 
 def _rename_optimizer_state(opt_state: Mapping[str, Any], rename: Mapping[str, str]) -> dict[str, Any]:

@@ -65,6 +65,14 @@ class WrapperConfig:
     hand-off to the training thread and back. Right for one synchronous learner (a single agent,
     or an ``ExpReplayHelper`` learner thread); leave it off when the agent should keep acting
     while its learning call runs in the training thread."""
+    predict_in_workers: bool = False
+    """Process runtime: each worker process predicts on its own replica of this task instead of
+    sending its rounds to the learner, which then only learns (:mod:`parl.runtimes.replicas`).
+    The learner publishes the parameters through shared memory after every learning call; an
+    agent's prediction after its ``learn()`` returned uses parameters at least that new, while
+    other workers pick them up at their next round. Counters that ``predict`` advances are kept
+    summed over the workers when the algorithm names them in ``replica_counters``. Needs the
+    ``fork`` start method; the Ray runtime does not offer it; in one process it changes nothing."""
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_train_batch_size < 1 or self.min_train_batch_size < 1:

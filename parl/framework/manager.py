@@ -232,6 +232,17 @@ class Manager:
         if len(set(names)) != len(names):
             raise ValueError(f"task names must be unique, got {names}")
         self.task_configs = list(tasks)
+        replicated = [t.name for t in tasks if t.wrapper.predict_in_workers]
+        if replicated and self.config.runtime == Runtime.RAY:
+            raise ValueError(
+                f"tasks {replicated} set WrapperConfig.predict_in_workers, which the Ray runtime does not offer "
+                "(its actors do not share memory with the learner); use runtime='processes' or leave it off"
+            )
+        if replicated and self.config.runtime == Runtime.PROCESSES and self.config.start_method != "fork":
+            raise ValueError(
+                f"tasks {replicated} set WrapperConfig.predict_in_workers, which needs start_method='fork' "
+                f"(workers inherit the task to replicate), got start_method={self.config.start_method!r}"
+            )
         self.agent_factory = agent_factory
         self.make_env = make_env
         self.tasks: dict[str, ComputationTask] = {}

@@ -70,6 +70,7 @@ from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.runtimes.control import AgentSlot, RunControl
 from parl.runtimes.coroutines import Hub
 from parl.runtimes.faults import FaultConfig
+from parl.runtimes.replicas import ParamBoard, PredictionReplica, SampleCounters, models_quiet, replica_seed
 
 __all__ = ["ProcessRuntime", "TaskSpecs", "RemoteAgentSpec", "HelperStates", "HelperStateError", "AgentHelperStates"]
 
@@ -222,9 +223,12 @@ class _RemoteWrapper:
         channel: _TaskChannel | None,
         pred_conn: mpc.Connection,
         msg: _WorkerMessenger,
+        replica: PredictionReplica | None = None,
     ) -> None:
         self.index = index
         self.task = specs
+        self.replica = replica
+        """This worker's copy of the task (``predict_in_workers``): rounds are predicted here, not sent."""
         self.config = specs.config
         # Without a channel (a worker on another machine) the arrays travel in the messages themselves.
         self.request: _SharedArrays | None = None
@@ -282,7 +286,7 @@ class _RemoteWrapper:
         inputs = {self.task.input_specs[0].name: np.array(values)}
         if not all_finite(inputs, self.task.input_specs):
             return None
-        return self._exchange(inputs, {}, len(values), explore)
+        return self._exchange(inputs, {}, len(values), explore, len(values))
 
     def _serve(self, items: Sequence[tuple[Communicator, PredictRequest]], explore: bool) -> None:
         requests = [r for _, r in items]
@@ -293,7 +297,7 @@ class _RemoteWrapper:
                 self._serve(items, explore)
             return
         states = pack_fields([r.states for r in requests])[0] if self.task.state_specs else {}
-        result = self._exchange(inputs, states, offsets[-1], explore)
+        result = self._exchange(inputs, states, offsets[-1], explore, len(items))
         if isinstance(result, Failure):
             for comm, _ in items:
                 comm.put_prediction_return(result)
@@ -301,9 +305,15 @@ class _RemoteWrapper:
         answer_predictions(items, result, offsets)
 
     def _exchange(
-        self, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray], rows: int, explore: bool
+        self, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray], rows: int, explore: bool, requests: int
     ) -> Prediction | Failure:
-        """Send one packed batch to the learner and read its prediction (a Failure when that fails)."""
+        """Send one packed batch to the learner and read its prediction (a Failure when that fails).
+
+        With a replica the batch is predicted here, and only its count goes to the learner (with the
+        next episode report).
+        """
+        if self.replica is not None:
+            return self._predict_here(self.replica, inputs, states, rows, explore, requests)
         try:
             if self.request is None:
                 self.msg.flush_due()
@@ -336,6 +346,26 @@ class _RemoteWrapper:
             states={k[3:]: v for k, v in out.items() if k.startswith("st.")},
             extras={k[3:]: v for k, v in out.items() if k.startswith("ex.")},
         )
+
+    def _predict_here(
+        self,
+        replica: PredictionReplica,
+        inputs: dict[str, np.ndarray],
+        states: dict[str, np.ndarray],
+        rows: int,
+        explore: bool,
+        requests: int,
+    ) -> Prediction | Failure:
+        try:
+            self.msg.flush_due()
+        except (EOFError, OSError) as exc:
+            return Failure(exc, "the learner process is gone", "predict")
+        try:
+            pred = replica.predict(inputs, states, explore)
+        except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
+            return Failure(exc, traceback.format_exc(), "predict")
+        self.msg.prediction(self.index, requests, rows)
+        return pred
 
 
 def _reject_nonfinite(
@@ -384,6 +414,7 @@ class _WorkerMessenger:
         self.stop_event = stop_event
         self._lock = threading.Lock()
         self._episodes: list[tuple[int, float, int]] = []
+        self._predictions: list[tuple[int, int, int]] = []
         self._last_report = time.monotonic()
 
     def send(self, msg: Any) -> None:
@@ -396,18 +427,27 @@ class _WorkerMessenger:
         with self._lock:
             self._episodes.append((agent_id, episode_return, steps))
 
+    def prediction(self, task_index: int, requests: int, samples: int) -> None:
+        """Count a round predicted in this worker (by a replica) in the learner's stats at the next flush."""
+        with self._lock:
+            self._predictions.append((task_index, requests, samples))
+
     def flush(self) -> None:
-        """Send the episode reports gathered so far (nothing if there are none)."""
-        if self._episodes:
+        """Send the episode reports and prediction counts gathered so far (nothing if there are none)."""
+        if self._episodes or self._predictions:
             with self._lock:
                 self._flush_locked()
 
     def flush_due(self) -> None:
         """:meth:`flush` if ``EPISODE_REPORT_S`` passed since the last report (called every round)."""
-        if self._episodes and time.monotonic() - self._last_report >= EPISODE_REPORT_S:
+        if (self._episodes or self._predictions) and time.monotonic() - self._last_report >= EPISODE_REPORT_S:
             self.flush()
 
     def _flush_locked(self) -> None:
+        if self._predictions:
+            predictions, self._predictions = self._predictions, []
+            self._last_report = time.monotonic()
+            self.conn.send(("predictions", predictions))
         if self._episodes:
             episodes, self._episodes = self._episodes, []
             self._last_report = time.monotonic()
@@ -510,6 +550,7 @@ class _Worker:
         msg_conn: mpc.Connection,
         stop_event: Any,
         helper_states: AgentHelperStates | None = None,
+        replicas: Sequence[ReplicaSource | None] | None = None,
     ) -> None:
         self.worker, self.agent_ids, self.spec = worker, agent_ids, spec
         # Loaded into each agent's helpers when it is first built (popped: an agent rebuilt after
@@ -517,8 +558,9 @@ class _Worker:
         self.pending_states: AgentHelperStates = dict(helper_states or {})
         self.pred_conn, self.msg_conn, self.stop_event = pred_conn, msg_conn, stop_event
         self.messenger = _WorkerMessenger(msg_conn, stop_event)
+        built = _build_replicas(replicas, worker, spec.seed) if replicas else [None] * len(spec.tasks)
         self.wrappers = [
-            _RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger)
+            _RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger, built[i])
             for i, t in enumerate(spec.tasks)
         ]
         self.hub = _WorkerHub(worker, poll_s=0.02)
@@ -626,6 +668,35 @@ class _Worker:
                 if w.request is not None and w.reply is not None:
                     w.request.close()
                     w.reply.close()
+                if w.replica is not None:
+                    w.replica.close()
+
+
+@dataclass
+class ReplicaSource:
+    """What a forked worker needs to replicate one task: the task itself (inherited, never pickled)
+    and the names of the learner's shared blocks for it."""
+
+    task: ComputationTask
+    board: str
+    counters: str
+    workers: int
+
+
+def _build_replicas(sources: Sequence[ReplicaSource | None], worker: int, seed: int) -> list[PredictionReplica | None]:
+    """The worker's replicas, after giving this process random streams of its own (Paddle, NumPy)."""
+    import paddle
+
+    # Paddle keeps its mode per thread: a worker forked by a restart runs in a copy of the learner's
+    # link thread, where dygraph mode was never switched on.
+    if not paddle.in_dynamic_mode():
+        paddle.disable_static()
+    process_seed = replica_seed(seed, worker)
+    paddle.seed(process_seed)
+    np.random.seed(process_seed)
+    return [
+        None if s is None else PredictionReplica(s.task, s.board, s.counters, s.workers, worker, seed) for s in sources
+    ]
 
 
 def _worker_main(
@@ -637,9 +708,10 @@ def _worker_main(
     msg_conn: mpc.Connection,
     stop_event: Any,
     helper_states: AgentHelperStates | None = None,
+    replicas: Sequence[ReplicaSource | None] | None = None,
 ) -> None:
     """Entry point of a worker process."""
-    _Worker(worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event, helper_states).run()
+    _Worker(worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event, helper_states, replicas).run()
 
 
 # --------------------------------------------------------------------------- learner side
@@ -813,13 +885,20 @@ class _WorkerLink:
                 child_msg,
                 rt.stop_event,
                 rt.helper_states_for(self.agent_ids),
+                rt.replica_sources,
             ),
             name=f"parl-worker-{self.index}",
             # Not daemonic, so that a worker may host its envs in processes of their own (FaultConfig);
             # stop() always ends it, and a worker whose learner is gone stops on the closed pipes.
             daemon=False,
         )
-        self.process.start()
+        if any(rt.replica_sources):
+            # The worker copies the tasks it replicates as they are now: with no learning step or
+            # prediction of ours half done (the fork copies one thread; Paddle's state must be whole).
+            with models_quiet(rt.tasks):
+                self.process.start()
+        else:
+            self.process.start()
         child_pred.close()
         child_msg.close()
         return pred_conn, msg_conn
@@ -914,6 +993,9 @@ class _WorkerLink:
         elif kind == "episodes":
             for agent_id, episode_return, steps in msg[1]:
                 self.control.episode_done(agent_id, episode_return, steps)
+        elif kind == "predictions":
+            for task_index, requests, samples in msg[1]:
+                self.runtime.wrappers[task_index].record_prediction(requests, samples)
         elif kind == "failure":
             _, agent_id, error, tb, restarted = msg
             self.runtime.record_failure(agent_id, error, tb, restarted)
@@ -1006,6 +1088,10 @@ class ProcessRuntime:
         :meth:`start_remote` (a resumed run's checkpoint), replaced by :meth:`remember_helper_states`
         after each checkpoint of the run (kept only when workers may restart)."""
         self._requests = 0
+        self.replica_sources: list[ReplicaSource | None] = []
+        """Per task: what a worker needs to predict on its own replica (None: the learner predicts)."""
+        self._boards: list[tuple[ParamBoard, SampleCounters]] = []
+        self._unlisten: list[Callable[[], None]] = []
 
     def helper_states_for(self, agent_ids: Sequence[int]) -> AgentHelperStates:
         """The helper states of ``agent_ids`` a (re)starting worker builds its agents with."""
@@ -1029,6 +1115,7 @@ class ProcessRuntime:
             HelperStateError: a running worker did not answer within ``timeout`` seconds, or its
                 agents' ``state_dict`` failed (the error names the worker and carries its traceback).
         """
+        self.sync_replica_counters()
         with self._lock:
             self._requests += 1
             request_id = self._requests
@@ -1074,6 +1161,7 @@ class ProcessRuntime:
         self.stopping = False
         self.stop_event = self._make_stop_event()
         workers = min(self.num_workers, num_agents)
+        self._start_replicas(workers)
         for w in range(workers):
             ids = [a for a in range(num_agents) if a % workers == w]
             self.links.append(self._new_link(w, ids, control))
@@ -1082,6 +1170,46 @@ class ProcessRuntime:
         if not control.restart_failed_agents:
             with self._lock:
                 self.helper_states = {}  # every worker has its share; none will restart
+
+    def _start_replicas(self, workers: int) -> None:
+        """Shared blocks for the tasks whose workers predict on replicas; publish after every learning call."""
+        self.replica_sources = []
+        for task, specs in zip(self.tasks, self.specs):
+            if not specs.config.predict_in_workers:
+                self.replica_sources.append(None)
+                continue
+            if self.start_method != "fork":
+                raise ValueError(
+                    f"task {task.name!r}: WrapperConfig.predict_in_workers needs the 'fork' start method, "
+                    f"got {self.start_method!r}"
+                )
+            board, counters = ParamBoard(task), SampleCounters(task.algorithm, workers)
+            self._boards.append((board, counters))
+
+            def publish(board: ParamBoard = board, counters: SampleCounters = counters) -> None:
+                counters.sync()
+                board.publish()
+
+            # Every task on the same model changes these parameters when it learns.
+            for other in self.tasks:
+                if other.algorithm.model is task.algorithm.model:
+                    self._unlisten.append(other.add_update_listener(publish))
+            self.replica_sources.append(ReplicaSource(task, board.name, counters.name, workers))
+
+    def sync_replica_counters(self) -> None:
+        """Bring every replicated algorithm's ``replica_counters`` to the run's totals (before a checkpoint)."""
+        for _, counters in self._boards:
+            counters.sync()
+
+    def _stop_replicas(self) -> None:
+        for remove in self._unlisten:
+            remove()
+        self._unlisten = []
+        for board, counters in self._boards:
+            counters.sync()  # the workers' final counts, into the learner's algorithm
+            board.close()
+            counters.close()
+        self._boards = []
 
     def _make_stop_event(self) -> Any:
         return mp.get_context(self.start_method).Event()
@@ -1143,6 +1271,7 @@ class ProcessRuntime:
         for link in self.links:
             if not link.close(max(0.05, deadline - time.monotonic())):
                 leaked.append(f"parl-worker-{link.index} (killed)")
+        self._stop_replicas()
         return leaked
 
 

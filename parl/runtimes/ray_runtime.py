@@ -361,6 +361,12 @@ class RayRuntime(ProcessRuntime):
         num_agents: int,
         control: RunControl,
     ) -> None:
+        replicated = [t.name for t in spec.tasks if t.config.predict_in_workers]
+        if replicated:
+            raise ValueError(
+                f"tasks {replicated} set WrapperConfig.predict_in_workers, which the Ray runtime does not offer "
+                "(its actors do not share memory with the learner)"
+            )
         ray = self.ray
         if not ray.is_initialized():
             ray.init(address=self.address, log_to_driver=False)

@@ -1,0 +1,336 @@
+"""Prediction replicas: a worker process predicts with its own copy of a task's algorithm.
+
+With ``WrapperConfig(predict_in_workers=True)`` and the process runtime, a worker does
+not send its prediction rounds to the learner. It runs them on a replica of the task
+(the learner's task as the worker inherited it when it was forked), and the learner
+only learns. The two sides share two small blocks of shared memory per task::
+
+    learner (after every task.learn / task.load)       worker k, at each prediction round
+    ParamBoard.publish: seq odd, tensors, seq even  --> ParamBoard.pull: copy if seq moved
+    SampleCounters.sync: base + sum of workers      <-> SampleCounters.before / after predict
+
+* **Parameters.** :class:`ParamBoard` holds every tensor of the algorithm's models
+  (parameters and buffers, target networks included) and a sequence number, odd while
+  the learner writes (a seqlock: a reader that saw the number move during its copy
+  keeps its old tensors and tries again next round). The learner publishes inside the
+  learning call, before the agent that asked for it gets its result, so an agent's
+  next prediction after its ``learn()`` returns uses parameters at least that new.
+* **Counters advanced by predict.** An algorithm names them in
+  :attr:`~parl.framework.algorithm.Algorithm.replica_counters` (DQN's
+  ``explored_samples``, which drives its epsilon schedule). :class:`SampleCounters`
+  keeps one row per worker plus a base row for the learner: each replica sees the
+  run's total before it predicts, and the learner's algorithm is brought up to the
+  total after every learning call and when the run stops (so checkpoints keep it).
+* **Random streams.** Each replica re-derives its random streams
+  (:meth:`~parl.framework.algorithm.Algorithm.on_replica`, Paddle's and NumPy's global
+  seeds) from the worker's index, so workers do not explore in lockstep.
+
+Replicas need the ``fork`` start method: the worker inherits the task; nothing about it
+is pickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+import paddle
+
+from parl.framework.algorithm import Algorithm
+from parl.framework.computation_task import ComputationTask
+from parl.framework.model import Model
+from parl.framework.types import Prediction
+
+__all__ = ["ParamBoard", "SampleCounters", "PredictionReplica", "replica_tensors", "replica_seed"]
+
+_HEADER = 64
+PULL_TIMEOUT_S = 5.0
+"""Longest a replica waits for the learner to finish writing a snapshot before it predicts on the tensors it has."""
+"""Bytes before the first tensor: the sequence number, on a cache line of its own."""
+
+
+def replica_tensors(algorithm: Algorithm) -> list[tuple[str, paddle.Tensor]]:
+    """Every tensor of the algorithm's models, in a fixed order: ``("item/name", tensor)``.
+
+    The models are the :class:`paddle.nn.Layer` items of ``checkpoint_items()`` (the model and
+    its reference models); the optimizer's state is not needed to predict and stays out.
+    """
+    out: list[tuple[str, paddle.Tensor]] = []
+    for item, obj in algorithm.checkpoint_items().items():
+        if isinstance(obj, paddle.nn.Layer):
+            out.extend((f"{item}/{name}", t) for name, t in obj.state_dict().items())
+    return out
+
+
+def _models(algorithm: Algorithm) -> list[Model]:
+    seen: dict[int, Model] = {}
+    for obj in [algorithm.model, *algorithm.checkpoint_items().values()]:
+        if isinstance(obj, Model):
+            seen.setdefault(id(obj), obj)
+    return list(seen.values())
+
+
+@contextlib.contextmanager
+def models_quiet(tasks: Sequence[ComputationTask]) -> Iterator[None]:
+    """Hold every model's ``learn_lock`` and ``param_lock``: no learning step or prediction of these tasks
+    runs meanwhile (so a process forked inside sees no Paddle call half done by one of them)."""
+    models: dict[int, Model] = {}
+    for task in tasks:
+        for m in _models(task.algorithm):
+            models.setdefault(id(m), m)
+    with contextlib.ExitStack() as stack:
+        for m in models.values():
+            stack.enter_context(m.learn_lock)
+            stack.enter_context(m.param_lock)
+        yield
+
+
+def replica_seed(seed: int, worker: int) -> int:
+    """The seed of worker ``worker``'s replica streams: derived from the run's seed, different per worker."""
+    return int(np.random.SeedSequence([seed, worker, 0x5EED]).generate_state(1, np.uint32)[0])
+
+
+class _Block:
+    """A shared-memory block: created by the learner (``name=None``), attached by a worker."""
+
+    def __init__(self, size: int, name: str | None) -> None:
+        self.shm = shared_memory.SharedMemory(name=name, create=name is None, size=max(size, _HEADER))
+        self.owner = name is None
+
+    @property
+    def name(self) -> str:
+        return self.shm.name
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError):  # a view still held keeps the mapping; the name goes all the same
+            self.shm.close()
+        if self.owner:
+            with contextlib.suppress(FileNotFoundError):
+                self.shm.unlink()
+
+
+class ParamBoard:
+    """One task's tensors in shared memory, published by the learner and pulled by the replicas.
+
+    Learner side::
+
+        board = ParamBoard(task)            # creates the block and publishes the current tensors
+        task.add_update_listener(board.publish)
+        ...
+        board.close()
+
+    Worker side (the task is the worker's forked copy)::
+
+        board = ParamBoard(task, name)      # attaches
+        version = board.pull(-1)            # copies the published tensors into the task
+        version = board.pull(version)       # each round: a copy only when the learner published since
+    """
+
+    def __init__(self, task: ComputationTask, name: str | None = None) -> None:
+        self.task = task
+        self.tensors = replica_tensors(task.algorithm)
+        offsets, total = [], _HEADER
+        for _, t in self.tensors:
+            total = (total + 63) // 64 * 64
+            offsets.append(total)
+            total += int(np.prod(t.shape, dtype=np.int64)) * np.dtype(_np_dtype(t)).itemsize
+        self._block = _Block(total, name)
+        buf = self._block.shm.buf
+        self._seq = np.ndarray((1,), np.int64, buffer=buf, offset=0)
+        self.views = [
+            np.ndarray(tuple(int(d) for d in t.shape), _np_dtype(t), buffer=buf, offset=off)
+            for (_, t), off in zip(self.tensors, offsets)
+        ]
+        self._staged = [np.empty_like(v) for v in self.views] if name is not None else []
+        self.publishes = 0
+        self._lock = threading.Lock()  # publish against close: a learning call may end as the run stops
+        self._closed = False
+        if name is None:
+            self._seq[0] = 0
+            self.publish()
+
+    @property
+    def name(self) -> str:
+        return self._block.name
+
+    @property
+    def version(self) -> int:
+        """The sequence number: even when the block holds a whole snapshot, odd while it is written."""
+        return int(self._seq[0])
+
+    def publish(self) -> None:
+        """Write the task's current tensors (learner side; call under the model's ``learn_lock``).
+
+        Does nothing once the board is closed."""
+        with self._lock:
+            if self._closed:
+                return
+            self._seq[0] += 1  # odd: a reader copying now discards its copy
+            for view, (_, t) in zip(self.views, self.tensors):
+                np.copyto(view, t.numpy())
+            self._seq[0] += 1
+            self.publishes += 1
+
+    def pull(self, version: int) -> int:
+        """Copy the published tensors into the task if they moved past ``version``; returns the version it has.
+
+        A snapshot being written (odd number) or rewritten during the copy is read again once the
+        write is over: skipping it would hand an agent whose ``learn()`` just returned parameters
+        older than that learning call's, when another learning call started meanwhile. A learner
+        that stays in the middle of a write for ``PULL_TIMEOUT_S`` (it died there) leaves the task
+        as it was.
+        """
+        seq = int(self._seq[0])
+        if seq == version:
+            return version
+        deadline = None
+        while True:
+            if not seq & 1:
+                for staged, view in zip(self._staged, self.views):
+                    np.copyto(staged, view)
+                if int(self._seq[0]) == seq:
+                    break
+            if deadline is None:
+                deadline = time.monotonic() + PULL_TIMEOUT_S
+            elif time.monotonic() > deadline:
+                return version
+            time.sleep(0)
+            seq = int(self._seq[0])
+        with self.task.algorithm.model.param_lock:
+            for staged, (_, t) in zip(self._staged, self.tensors):
+                t.set_value(staged)
+        return seq
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.views = []
+            self._staged = []
+            del self._seq
+            self._block.close()
+
+
+def _np_dtype(t: paddle.Tensor) -> np.dtype[Any]:
+    return np.dtype(str(t.dtype).replace("paddle.", ""))
+
+
+class SampleCounters:
+    """The algorithm's ``replica_counters`` summed over the learner and every worker.
+
+    A block of ``(1 + workers, len(names))`` int64: row 0 is the learner's base (what the
+    counters stood at when the run started, plus the learner's own predictions), row
+    ``1 + k`` what worker ``k``'s replica added. A restarted worker carries on in its row.
+    """
+
+    def __init__(self, algorithm: Algorithm, workers: int, name: str | None = None) -> None:
+        self.algorithm = algorithm
+        self.names = tuple(algorithm.replica_counters)
+        for n in self.names:
+            if not isinstance(getattr(algorithm, n, None), (int, np.integer)):
+                raise TypeError(
+                    f"{type(algorithm).__name__}.replica_counters names {n!r}, which must be an int attribute, "
+                    f"got {type(getattr(algorithm, n, None)).__name__}"
+                )
+        self.workers = workers
+        self._block = _Block(8 * (1 + workers) * max(1, len(self.names)), name)
+        self.rows = np.ndarray((1 + workers, len(self.names)), np.int64, buffer=self._block.shm.buf)
+        self._lock = threading.Lock()
+        self._closed = False
+        if name is None:
+            self.rows[:] = 0
+            self.rows[0] = [int(getattr(algorithm, n)) for n in self.names]
+        self._synced = self.totals()
+
+    @property
+    def name(self) -> str:
+        return self._block.name
+
+    def totals(self) -> list[int]:
+        return [int(v) for v in self.rows.sum(axis=0)]
+
+    def sync(self) -> None:
+        """Learner side: fold the learner's own advance into the base and set the algorithm to the totals."""
+        with self._lock:
+            if not self.names or self._closed:
+                return
+            for i, n in enumerate(self.names):
+                self.rows[0, i] += int(getattr(self.algorithm, n)) - self._synced[i]
+            self._synced = self.totals()
+            for n, v in zip(self.names, self._synced):
+                setattr(self.algorithm, n, v)
+
+    def before(self) -> list[int]:
+        """Worker side, before a prediction: the algorithm sees the run's totals; returns them."""
+        totals = self.totals()
+        for n, v in zip(self.names, totals):
+            setattr(self.algorithm, n, v)
+        return totals
+
+    def after(self, worker: int, before: Sequence[int]) -> None:
+        """Worker side, after a prediction: add what it advanced to this worker's row."""
+        for i, n in enumerate(self.names):
+            self.rows[1 + worker, i] += int(getattr(self.algorithm, n)) - before[i]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            del self.rows
+            self._block.close()
+
+
+class PredictionReplica:
+    """A worker's copy of one task, kept in step with the learner's (see the module docstring).
+
+    Built in the worker right after the fork::
+
+        replica = PredictionReplica(task, board_name, counters_name, workers, worker=k, seed=run_seed)
+        prediction = replica.predict({"obs": rows}, {}, explore=True)
+    """
+
+    def __init__(
+        self,
+        task: ComputationTask,
+        board_name: str,
+        counters_name: str,
+        workers: int,
+        worker: int,
+        seed: int,
+    ) -> None:
+        algorithm = task.algorithm
+        for m in _models(algorithm):
+            # The fork copied these locks in whatever state the learner's threads had them.
+            m.param_lock = threading.RLock()
+            m.learn_lock = threading.RLock()
+        self.task = task
+        self.worker = worker
+        self.board = ParamBoard(task, board_name)
+        self.counters = SampleCounters(algorithm, workers, counters_name)
+        self.version = self.board.pull(-1)
+        algorithm.on_replica(worker, replica_seed(seed, worker))
+        self.extra_names = frozenset(s.name for s in task.extra_predict_specs)
+
+    def predict(self, inputs: Mapping[str, np.ndarray], states: Mapping[str, np.ndarray], explore: bool) -> Prediction:
+        """``task.predict`` on the newest published parameters (no spec checks: the hub checked)."""
+        self.version = self.board.pull(self.version)
+        counted = self.counters.names
+        before = self.counters.before() if counted else []
+        pred = self.task.predict(inputs, states if self.task.state_specs else None, explore=explore, check=False)
+        if counted:
+            self.counters.after(self.worker, before)
+        if pred.extras and any(k not in self.extra_names for k in pred.extras):
+            extras = {k: v for k, v in pred.extras.items() if k in self.extra_names}
+            pred = Prediction(pred.actions, pred.states, extras)
+        return pred
+
+    def close(self) -> None:
+        self.board.close()
+        self.counters.close()

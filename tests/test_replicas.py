@@ -1,0 +1,339 @@
+"""Prediction replicas in worker processes (``WrapperConfig.predict_in_workers``)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+
+import gymnasium as gym
+import numpy as np
+import paddle
+import pytest
+from computation_helpers import Regression, TinyQ, make_batch, params_of
+from fault_helpers import WorkerKiller
+
+import parl
+from examples.cartpole_dqn.model import CartPoleQModel
+from parl.agents import GymAgent
+from parl.data.specs import FieldSpec
+from parl.runtimes import replicas
+from parl.runtimes.processes import ProcessRuntime
+from parl.runtimes.replicas import ParamBoard, PredictionReplica, SampleCounters, replica_seed
+
+# ------------------------------------------------------------------ shared blocks, in one process
+
+
+def _task(seed: int) -> parl.ComputationTask:
+    paddle.seed(seed)
+    return parl.ComputationTask("RL", Regression(lambda: TinyQ()))
+
+
+def test_a_board_carries_the_learners_tensors_to_a_replica_only_when_they_moved() -> None:
+    learner, replica = _task(1), _task(2)
+    board = ParamBoard(learner)
+    reader = ParamBoard(replica, board.name)
+    try:
+        assert board.version == 2  # the snapshot written at creation
+        assert any(not np.array_equal(a, b) for a, b in zip(params_of(learner.algorithm.model),
+                                                             params_of(replica.algorithm.model)))  # fmt: skip
+        version = reader.pull(-1)
+        assert version == 2
+        for a, b in zip(params_of(learner.algorithm.model), params_of(replica.algorithm.model)):
+            np.testing.assert_array_equal(a, b)
+        learner.learn(make_batch(np.random.default_rng(0)))  # no listener yet: nothing published
+        assert reader.pull(version) == version
+        assert any(not np.array_equal(a, b) for a, b in zip(params_of(learner.algorithm.model),
+                                                             params_of(replica.algorithm.model)))  # fmt: skip
+        board.publish()
+        version = reader.pull(version)
+        assert version == 4
+        for a, b in zip(params_of(learner.algorithm.model), params_of(replica.algorithm.model)):
+            np.testing.assert_array_equal(a, b)
+    finally:
+        reader.close()
+        board.close()
+    board.publish()  # after close: nothing, no error (a learning call may end as the run stops)
+    assert not os.path.exists(f"/dev/shm/{board.name}")
+
+
+def test_a_replica_waits_out_a_write_and_gives_up_on_one_that_never_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    learner, replica = _task(1), _task(2)
+    board = ParamBoard(learner)
+    reader = ParamBoard(replica, board.name)
+    try:
+        before = params_of(replica.algorithm.model)
+        board._seq[0] += 1  # odd: a write in progress, and a learner that died in it
+        monkeypatch.setattr(replicas, "PULL_TIMEOUT_S", 0.2)
+        start = time.monotonic()
+        assert reader.pull(-1) == -1
+        assert 0.2 <= time.monotonic() - start < 5
+        for a, b in zip(before, params_of(replica.algorithm.model)):
+            np.testing.assert_array_equal(a, b)
+        # A write that ends while the replica waits: the replica gets that snapshot, not the old tensors.
+        threading.Timer(0.05, lambda: board._seq.__setitem__(0, board._seq[0] + 1)).start()
+        assert reader.pull(-1) == 4
+        for a, b in zip(params_of(learner.algorithm.model), params_of(replica.algorithm.model)):
+            np.testing.assert_array_equal(a, b)
+    finally:
+        reader.close()
+        board.close()
+
+
+def test_update_listeners_run_after_learn_and_load_and_can_be_removed(tmp_path: object) -> None:
+    task = _task(3)
+    calls: list[int] = []
+    remove = task.add_update_listener(lambda: calls.append(len(calls)))
+    task.learn(make_batch(np.random.default_rng(0)))
+    assert calls == [0]
+    path = os.path.join(str(tmp_path), "t.ckpt")
+    task.save(path)
+    assert calls == [0]  # saving changes nothing
+    task.load(path)
+    assert calls == [0, 1]
+    remove()
+    remove()  # twice: harmless
+    task.learn(make_batch(np.random.default_rng(1)))
+    assert calls == [0, 1]
+    with pytest.raises(TypeError, match="must be callable"):
+        task.add_update_listener(42)  # type: ignore[arg-type]
+
+
+def test_sample_counters_sum_the_workers_and_the_learners_own_predictions() -> None:
+    learner = parl.DQN(lambda: CartPoleQModel(16), parl.DQNConfig(epsilon_decay_samples=100))
+    learner.explored_samples = 10  # where a resumed run starts
+    counters = SampleCounters(learner, workers=2)
+    replicas = [parl.DQN(lambda: CartPoleQModel(16)) for _ in range(2)]
+    views = [SampleCounters(r, 2, counters.name) for r in replicas]
+    try:
+        before = views[0].before()
+        assert before == [10] and replicas[0].explored_samples == 10
+        replicas[0].explored_samples += 7
+        views[0].after(0, before)
+        before = views[1].before()
+        assert before == [17]  # worker 1 sees worker 0's samples
+        replicas[1].explored_samples += 5
+        views[1].after(1, before)
+        learner.explored_samples += 3  # the learner predicted too (an evaluation, say)
+        counters.sync()
+        assert learner.explored_samples == 25
+        assert views[0].before() == [25]
+        counters.sync()  # again: nothing counted twice
+        assert learner.explored_samples == 25
+    finally:
+        for v in views:
+            v.close()
+        counters.close()
+
+
+def test_replica_counters_must_name_int_attributes() -> None:
+    class Odd(Regression):
+        replica_counters = ("missing",)
+
+    with pytest.raises(TypeError, match="replica_counters names 'missing'"):
+        SampleCounters(Odd(lambda: TinyQ()), 2)
+
+
+def test_each_replica_draws_its_own_exploration_noise() -> None:
+    def drawn(index: int) -> np.ndarray:
+        algo = parl.DQN(lambda: CartPoleQModel(16), parl.DQNConfig(seed=5))
+        algo.on_replica(index, replica_seed(0, index))
+        return algo._rng.random(8)
+
+    np.testing.assert_array_equal(drawn(0), drawn(0))  # deterministic per worker
+    assert not np.array_equal(drawn(0), drawn(1))
+    assert replica_seed(0, 0) != replica_seed(0, 1) and replica_seed(0, 1) != replica_seed(1, 1)
+
+
+def test_a_replica_hands_back_only_the_declared_extras() -> None:
+    learner = _task(4)
+    board = ParamBoard(learner)
+    counters = SampleCounters(learner.algorithm, 1)
+    copy = _task(5)
+    replica = PredictionReplica(copy, board.name, counters.name, workers=1, worker=0, seed=0)
+    try:
+        obs = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+        pred = replica.predict({"obs": obs}, {}, explore=False)
+        assert "q" not in pred.extras  # Regression returns q but declares no extra prediction fields
+        expected = learner.predict({"obs": obs}, explore=False).actions["action"]
+        np.testing.assert_array_equal(pred.actions["action"], expected)
+    finally:
+        replica.close()
+        counters.close()
+        board.close()
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def _dqn_task(replicas: bool = True) -> parl.TaskConfig:
+    algo = parl.DQN(lambda: CartPoleQModel(32), parl.DQNConfig(epsilon_decay_samples=500))
+    cfg = parl.ExpReplayConfig(learning_starts=50, learn_every=8)
+    return parl.TaskConfig(
+        "RL", algo, parl.ExpReplayHelper, cfg, wrapper=parl.WrapperConfig(predict_in_workers=replicas)
+    )
+
+
+def _cartpole(i: int) -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def test_replicas_need_forked_workers() -> None:
+    with pytest.raises(ValueError, match="start_method='fork'"):
+        parl.Manager([_dqn_task()], GymAgent, _cartpole, parl.ManagerConfig(runtime="processes", start_method="spawn"))
+    with pytest.raises(ValueError, match="Ray runtime does not offer"):
+        parl.Manager([_dqn_task()], GymAgent, _cartpole, parl.ManagerConfig(runtime="ray"))
+    # In one process the setting changes nothing.
+    parl.Manager([_dqn_task()], GymAgent, _cartpole, parl.ManagerConfig(runtime="coroutines"))
+
+
+# ------------------------------------------------------------------ runs in worker processes
+
+
+def _no_children_left(grace_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + grace_s
+    while mp.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not mp.active_children()
+
+
+@pytest.mark.timeout(90)
+def test_dqn_with_replicas_learns_and_keeps_one_epsilon_schedule_for_the_run() -> None:
+    task = _dqn_task()
+    algo = task.algorithm
+    assert isinstance(algo, parl.DQN)
+    m = parl.Manager([task], GymAgent, _cartpole, parl.ManagerConfig(num_agents=8, runtime="processes",
+                                                                     num_workers=2, max_steps=3_000))  # fmt: skip
+    report = m.run()
+    stats = report.prediction_stats["RL"]
+    assert report.steps >= 3_000 and stats.samples >= 3_000
+    assert stats.max_batch > 1  # each worker still batches its agents' rounds
+    assert report.training_stats["RL"].calls > 0 and np.isfinite(report.last_metrics["RL"]["loss"])
+    # Every exploring prediction of both workers counts once in the learner's schedule.
+    assert algo.explored_samples == stats.samples
+    assert algo.epsilon == pytest.approx(algo.config.epsilon_end)
+    runtime = m.runtime
+    assert isinstance(runtime, ProcessRuntime)
+    names = [n for s in runtime.replica_sources if s is not None for n in (s.board, s.counters)]
+    assert len(names) == 2 and not any(os.path.exists(f"/dev/shm/{n}") for n in names)
+    assert _no_children_left()
+
+
+class _Scalar(parl.Model):
+    """One parameter ``w``, the same action for every row: ``round(w)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = self.create_parameter([1], default_initializer=paddle.nn.initializer.Constant(0.0))
+
+    def input_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("obs", (4,), "float32")]
+
+    def action_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("action", (), "int64")]
+
+    def value(self, inputs: Mapping[str, paddle.Tensor]) -> paddle.Tensor:
+        return inputs["obs"][:, 0] * 0.0 + self.w
+
+
+class _Bump(parl.Algorithm):
+    """``learn`` adds 1 to ``w``; ``predict`` answers ``w``, counting its calls in this process."""
+
+    predict_calls = 0
+
+    def warm_up(self, model: parl.Model, inputs: dict, states: dict) -> None:
+        model.value(inputs)  # type: ignore[operator]
+
+    def predict(self, inputs: dict, states: dict, explore: bool) -> parl.Prediction:
+        type(self).predict_calls += 1
+        return parl.Prediction(actions={"action": self.model.value(inputs).round().astype("int64")})  # type: ignore[operator]
+
+    def learn(self, batch: parl.TrainingBatch) -> dict:
+        w = self.model.w  # type: ignore[attr-defined]
+        with self.model.param_lock:
+            w.set_value(w + 1.0)
+        return {"version": w.sum()}
+
+
+class _ReadYourWrites(parl.Agent):
+    """Predicts, learns, predicts again: the second prediction must use the parameters its learn made."""
+
+    def run_one_episode(self) -> float:
+        helper = self.helpers["RL"]
+        obs = np.zeros(4, np.float32)
+        learned = 0
+        for _ in range(4):
+            seen = int(helper.predict({"obs": obs}, explore=False)["action"])
+            if seen < learned:
+                raise AssertionError(f"agent {self.agent_id} predicted with w={seen} after its learn made w={learned}")
+            batch = parl.TrainingBatch(
+                inputs={"obs": obs[None]}, actions={"action": np.zeros(1, np.int64)},
+                rewards={"reward": np.zeros(1, np.float32)}, next_inputs={"obs": obs[None]},
+                terminal=np.zeros(1, bool),
+            )  # fmt: skip
+            helper.comm.put_training_data(batch)
+            learned = int(helper.comm.get_training_return().metrics["version"])
+        return 0.0
+
+
+@pytest.mark.timeout(90)
+def test_an_agents_prediction_after_its_learn_uses_the_new_parameters() -> None:
+    _Bump.predict_calls = 0
+    algo = _Bump(_Scalar())
+    task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=parl.WrapperConfig(predict_in_workers=True))
+    config = parl.ManagerConfig(num_agents=6, runtime="processes", num_workers=2, max_episodes=18)
+    report = parl.Manager([task], _ReadYourWrites, _cartpole, config).run()  # an agent's AssertionError would raise
+    assert report.episodes >= 18
+    training = report.training_stats["RL"]  # a learning call may serve several agents' requests
+    assert training.samples >= 18 * 4 and float(algo.model.w.numpy()[0]) == training.calls  # type: ignore[attr-defined]
+    assert report.prediction_stats["RL"].samples >= 18 * 4
+    assert _Bump.predict_calls == 0  # the learner itself predicted nothing: the workers' replicas did
+    assert _no_children_left()
+
+
+class _RefusingReplica(_Bump):
+    def predict(self, inputs: dict, states: dict, explore: bool) -> parl.Prediction:
+        if type(self).predict_calls >= 10:
+            raise ZeroDivisionError("predict refused in a replica")
+        return super().predict(inputs, states, explore)
+
+
+@pytest.mark.timeout(60)
+def test_an_error_in_a_replicas_prediction_reaches_the_agents_with_its_traceback() -> None:
+    task = parl.TaskConfig("RL", _RefusingReplica(_Scalar()), parl.AgentHelper,
+                           wrapper=parl.WrapperConfig(predict_in_workers=True))  # fmt: skip
+    config = parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_seconds=600)
+    with pytest.raises(parl.AgentError) as info:
+        parl.Manager([task], _ReadYourWrites, _cartpole, config).run()
+    assert "predict refused in a replica" in str(info.value)
+    assert "ZeroDivisionError" in info.value.traceback_text + str(getattr(info.value.original, "traceback_text", ""))
+    assert _no_children_left()
+
+
+@pytest.mark.timeout(90)
+def test_a_killed_worker_with_replicas_is_restarted_and_its_counts_are_kept() -> None:
+    task = _dqn_task()
+    config = parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_steps=4_000,
+                                restart_failed_agents=True)  # fmt: skip
+    m = parl.Manager([task], GymAgent, _cartpole, config)
+
+    def kill(manager: parl.Manager) -> int:
+        runtime = manager.runtime
+        assert isinstance(runtime, ProcessRuntime)
+        pid: int = runtime.links[1].process.pid
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    killer = WorkerKiller(m, lambda control: control.steps > 800, kill)
+    report = m.run()
+    killer.join()
+    assert killer.killed and report.steps >= 4_000
+    assert report.faults.workers_lost == 1 and report.restarts >= 1
+    assert isinstance(m.runtime, ProcessRuntime) and m.runtime.worker_restarts == 1
+    algo = task.algorithm
+    assert isinstance(algo, parl.DQN)
+    assert algo.explored_samples >= report.prediction_stats["RL"].samples  # the dead worker's count is kept
+    assert _no_children_left()
