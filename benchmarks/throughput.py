@@ -294,7 +294,7 @@ def _measure(env_name: str, n: int, row: str, seconds: float, runtime: str = "",
 
 def _summary(env_name: str, n: int, row: str, runs: list[dict[str, Any]], refs: list[float]) -> dict[str, Any]:
     """A row from its rounds: the median of each figure, and the median, lowest and highest of the ratios
-    to the vector loop measured in the same round (``refs[i]`` for ``runs[i]``). Printed as it is made."""
+    to the vector loop measured around it (``refs[i]`` for ``runs[i]``). Printed as it is made."""
     out: dict[str, Any] = {"env": env_name, "row": row, "n": n, "runs": len(runs)}
     for key in ("steps_per_s", "cpu_us_per_step", "learner_cpu_us_per_step", "mean_batch", "max_batch"):
         values = [r[key] for r in runs if key in r and r[key] == r[key]]  # r[key] == r[key]: not NaN
@@ -322,16 +322,15 @@ def _label(runtime: str, workers: int) -> str:
 
 
 def measure_n(env_name: str, n: int, seconds: float, repeats: int, runtimes: list[tuple[str, int]]) -> list[dict]:
-    """Every row at one N, in ``repeats`` interleaved rounds: the vector loop, the floor and the
-    :data:`REPEATED` runtimes in each round, the other runtimes in the first. Interleaving keeps a
-    slow minute of a shared machine from landing on one row only; each ratio pairs a row with the
-    vector loop of its own round."""
-    runs: dict[str, list[dict[str, Any]]] = {}
-    refs: list[float] = []
+    """Every row at one N, in ``repeats`` interleaved rounds: the floor and the :data:`REPEATED`
+    runtimes in each round, the other runtimes in the first. The vector loop runs before the first
+    row of a round and after every row, and each run of a row is compared with the mean of the
+    vector-loop runs just before and just after it: a shared machine's speed drifts over seconds to
+    minutes, and the bracket cancels most of that drift from the ratio."""
+    runs: dict[str, list[dict[str, Any]]] = {VECTOR: []}
+    refs: dict[str, list[float]] = {VECTOR: []}
     for round_ in range(repeats):
-        for row in (VECTOR, FLOOR):
-            runs.setdefault(row, []).append(_measure(env_name, n, row, seconds))
-        refs.append(runs[VECTOR][-1]["steps_per_s"])
+        rows: list[tuple[str, str, int]] = [(FLOOR, "", 1)]
         for runtime, workers in runtimes:
             if runtime == "threads" and n > 64:
                 continue  # 256 threads measure the GIL, not the design
@@ -339,9 +338,18 @@ def measure_n(env_name: str, n: int, seconds: float, repeats: int, runtimes: lis
                 round_ > 0 and (runtime, workers) not in REPEATED
             ):
                 continue
-            label = _label(runtime, workers)
-            runs.setdefault(label, []).append(_measure(env_name, n, label, seconds, runtime, workers))
-    return [_summary(env_name, n, row, row_runs, refs) for row, row_runs in runs.items()]
+            rows.append((_label(runtime, workers), runtime, workers))
+        before = _measure(env_name, n, VECTOR, seconds)
+        runs[VECTOR].append(before)
+        for label, runtime, workers in rows:
+            run = _measure(env_name, n, label, seconds, runtime, workers)
+            after = _measure(env_name, n, VECTOR, seconds)
+            runs[VECTOR].append(after)
+            runs.setdefault(label, []).append(run)
+            refs.setdefault(label, []).append((before["steps_per_s"] + after["steps_per_s"]) / 2)
+            before = after
+    refs[VECTOR] = [r["steps_per_s"] for r in runs[VECTOR]]
+    return [_summary(env_name, n, row, row_runs, refs[row]) for row, row_runs in runs.items()]
 
 
 def _start_local_ray() -> bool:
@@ -541,12 +549,13 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "worker processes can beat one process by more than that here.",
         "",
         "Same model in every row (obs-64-2 MLP, greedy actions); env steps per second over all agents;",
-        "ratio = agent path / vector loop at the same N, measured in the same run. The vector loop, the floor",
-        "and the target rows (coroutines; processes P=2, with and without replicas) are measured in",
-        "interleaved rounds (a row's 'runs'):",
-        "their figures are medians over the rounds, and their ratio is the median of each round's ratio to",
-        "that round's vector loop, with the lowest and highest in brackets. The other rows run once, in the",
-        "first round. CPU per step: CPU time",
+        "ratio = agent path / vector loop at the same N, measured in the same run. The floor and the target",
+        "rows (coroutines; processes P=2, with and without replicas) are measured in interleaved rounds (a",
+        "row's 'runs'); the other rows run once, in the first round. The vector loop runs before each",
+        "round's first row and after every row, and each run's ratio is to the mean of the vector-loop runs",
+        "just before and after it (the host's speed drifts over seconds to minutes). A row's figures are",
+        "medians over its runs, its ratio the median of its runs' ratios, with the lowest and highest in",
+        "brackets. CPU per step: CPU time",
         "of all processes of the row (the learner and its worker processes) over the same window, divided",
         "by the env steps; 'learner' is this process's share. Blank: not measurable (Ray actors are not",
         "this process's children). Ray runs only during its own rows (its daemons take CPU).",

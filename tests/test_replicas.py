@@ -166,6 +166,33 @@ def test_a_replica_hands_back_only_the_declared_extras() -> None:
         board.close()
 
 
+def test_tasks_on_one_algorithm_share_its_blocks_and_publish_once_per_learn() -> None:
+    from parl.runtimes.processes import TaskSpecs
+
+    algo = Regression(lambda: TinyQ())
+    tasks = [parl.ComputationTask("A", algo), parl.ComputationTask("B", algo), _task(6)]
+    replicated = parl.WrapperConfig(predict_in_workers=True)
+    runtime = ProcessRuntime(2)
+    runtime.tasks = tasks
+    runtime.specs = [TaskSpecs.of(t, replicated) for t in tasks[:2]] + [TaskSpecs.of(tasks[2], parl.WrapperConfig())]
+    runtime._start_replicas(2)
+    try:
+        a, b, c = runtime.replica_sources
+        assert a is not None and b is not None and c is None
+        assert (a.board, a.counters) == (b.board, b.counters) and (a.task, b.task) == (tasks[0], tasks[1])
+        ((board, _),) = runtime._boards
+        assert board.publishes == 1  # the snapshot at start
+        tasks[1].learn(make_batch(np.random.default_rng(0)))
+        assert board.publishes == 2
+        tasks[2].learn(make_batch(np.random.default_rng(0)))  # another algorithm: not this board's
+        assert board.publishes == 2
+    finally:
+        runtime._stop_replicas()
+    assert not os.path.exists(f"/dev/shm/{a.board}")
+    tasks[0].learn(make_batch(np.random.default_rng(1)))  # the listeners are gone with the run
+    assert board.publishes == 2
+
+
 # ------------------------------------------------------------------ configuration
 
 
@@ -337,3 +364,14 @@ def test_a_killed_worker_with_replicas_is_restarted_and_its_counts_are_kept() ->
     assert isinstance(algo, parl.DQN)
     assert algo.explored_samples >= report.prediction_stats["RL"].samples  # the dead worker's count is kept
     assert _no_children_left()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_cartpole_dqn_many_agents_with_replicas_in_two_workers_solves() -> None:
+    from examples.cartpole_dqn_many import train as cartpole
+
+    out = cartpole.train(cartpole.CARTPOLE, seed=0, runtime="processes", predict_in_workers=True)
+    print(f"replicas: solved={out.solved} at {out.solved_at_steps} steps, {out.solved_at_seconds} s; {out.history}")
+    assert out.solved, out.history
+    assert out.best_eval >= cartpole.CARTPOLE.stop_value

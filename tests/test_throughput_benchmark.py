@@ -86,10 +86,31 @@ def test_rounds_pair_each_ratio_with_the_vector_loop_of_its_own_round() -> None:
 def test_measure_n_repeats_the_target_rows_and_runs_the_others_once() -> None:
     rows = throughput.measure_n("WideObs-512", 2, 0.2, 2, [("coroutines", 1), ("threads", 1)])
     by_row = {r["row"]: r for r in rows}
-    assert by_row["vector loop (reference)"]["runs"] == 2 and by_row["blocking-style floor (no framework)"]["runs"] == 2
+    # The vector loop opens each round and follows every row: 1 + 3 rows, then 1 + 2.
+    assert by_row["vector loop (reference)"]["runs"] == 7 and by_row["blocking-style floor (no framework)"]["runs"] == 2
     assert by_row["agent path, coroutines"]["runs"] == 2 and by_row["agent path, threads"]["runs"] == 1
     for r in rows:
         assert r["steps_per_s"] > 0 and r["ratio_lo"] <= r["ratio"] <= r["ratio_hi"]
+
+
+def test_each_run_is_compared_with_the_vector_loop_runs_around_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    vector_rates = iter([100.0, 200.0, 300.0, 100.0, 100.0, 300.0])
+    order: list[str] = []
+
+    def fake(env_name: str, n: int, row: str, seconds: float, runtime: str = "", workers: int = 1) -> dict:
+        order.append(row)
+        rate = next(vector_rates) if row == throughput.VECTOR else 150.0
+        return {"steps_per_s": rate, "cpu_us_per_step": 1.0, "learner_cpu_us_per_step": 1.0}
+
+    monkeypatch.setattr(throughput, "_measure", fake)
+    rows = throughput.measure_n("CartPole-v1", 64, 0.1, 2, [("coroutines", 1)])
+    v, f, c = throughput.VECTOR, throughput.FLOOR, "agent path, coroutines"
+    assert order == [v, f, v, c, v, v, f, v, c, v]
+    by_row = {r["row"]: r for r in rows}
+    # floor: 150 against (100+200)/2 and (100+100)/2; coroutines: against (200+300)/2 and (100+300)/2
+    assert (by_row[f]["ratio_lo"], by_row[f]["ratio_hi"]) == (1.0, 1.5)
+    assert (by_row[c]["ratio_lo"], by_row[c]["ratio_hi"]) == (0.6, 0.75)
+    assert by_row[v]["runs"] == 6 and by_row[v]["ratio"] == 1.0
 
 
 def test_main_refuses_rounds_or_windows_that_measure_nothing(capsys: pytest.CaptureFixture[str]) -> None:

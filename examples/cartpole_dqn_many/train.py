@@ -110,10 +110,14 @@ def build_manager(
     runtime: str = "coroutines",
     max_steps: int | None = None,
     max_seconds: float | None = None,
+    predict_in_workers: bool = False,
+    num_workers: int = 2,
 ) -> parl.Manager:
     """A Manager running ``settings.num_agents`` DQN agents on ``settings.env_id``.
 
-    ``max_steps`` overrides ``settings.max_steps``; ``max_seconds`` caps the wall time.
+    ``max_steps`` overrides ``settings.max_steps``; ``max_seconds`` caps the wall time. With
+    ``runtime="processes"`` the agents run in ``num_workers`` worker processes, which predict on
+    replicas of the task with ``predict_in_workers``.
     """
     probe = gym.make(settings.env_id)
     obs_dim = int(np.prod(probe.observation_space.shape))
@@ -135,7 +139,12 @@ def build_manager(
         algorithm=algo,
         helper=functools.partial(_seeded_replay_helper, seed=seed),
         helper_config=helper_config,
-        wrapper=parl.WrapperConfig(min_train_batch_size=merged, max_train_batch_size=merged, train_max_wait_s=0.002),
+        wrapper=parl.WrapperConfig(
+            min_train_batch_size=merged,
+            max_train_batch_size=merged,
+            train_max_wait_s=0.002,
+            predict_in_workers=predict_in_workers,
+        ),
     )
     return parl.Manager(
         [task],
@@ -147,6 +156,7 @@ def build_manager(
             max_steps=settings.max_steps if max_steps is None else max_steps,
             max_seconds=max_seconds,
             seed=seed * 1_000,
+            num_workers=num_workers,
         ),
     )
 
@@ -173,6 +183,7 @@ def train(
     max_steps: int | None = None,
     max_seconds: float | None = None,
     runtime: str = "coroutines",
+    predict_in_workers: bool = False,
 ) -> TrainOutcome:
     """Train until solved (greedy mean over 20 episodes >= ``settings.stop_value``) or out of budget."""
     start = time.monotonic()
@@ -187,7 +198,7 @@ def train(
         settings.stop_value,
         confirm=lambda: parl.evaluate_greedy(manager.tasks["RL"], make_env, 20, seed=20_000),
     )
-    manager = build_manager(settings, seed, runtime, max_steps, max_seconds)
+    manager = build_manager(settings, seed, runtime, max_steps, max_seconds, predict_in_workers)
     report = manager.run(stop_when=stopper)
     return TrainOutcome(
         solved=stopper.solved,
@@ -206,10 +217,22 @@ def main(argv: list[str] | None = None, settings: DQNManySettings = CARTPOLE) ->
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, default=settings.max_steps)
     parser.add_argument("--max-seconds", type=float, default=None)
-    parser.add_argument("--runtime", default="coroutines", choices=["coroutines", "threads"])
+    parser.add_argument("--runtime", default="coroutines", choices=["coroutines", "threads", "processes"])
+    parser.add_argument(
+        "--predict-in-workers", action="store_true", help="processes runtime: each worker predicts on a replica"
+    )
     args = parser.parse_args(argv)
+    if args.predict_in_workers and args.runtime != "processes":
+        parser.error("--predict-in-workers needs --runtime processes")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    out = train(replace(settings, num_agents=args.agents), args.seed, args.max_steps, args.max_seconds, args.runtime)
+    out = train(
+        replace(settings, num_agents=args.agents),
+        args.seed,
+        args.max_steps,
+        args.max_seconds,
+        args.runtime,
+        args.predict_in_workers,
+    )
     print(
         f"{settings.env_id}: solved={out.solved} at steps={out.solved_at_steps} "
         f"seconds={out.solved_at_seconds if out.solved_at_seconds is None else round(out.solved_at_seconds, 1)} "

@@ -1172,8 +1172,12 @@ class ProcessRuntime:
                 self.helper_states = {}  # every worker has its share; none will restart
 
     def _start_replicas(self, workers: int) -> None:
-        """Shared blocks for the tasks whose workers predict on replicas; publish after every learning call."""
+        """Shared blocks for the tasks whose workers predict on replicas; publish after every learning call.
+
+        Tasks on one algorithm share its blocks (one set of tensors and counters).
+        """
         self.replica_sources = []
+        shared: dict[int, ReplicaSource] = {}
         for task, specs in zip(self.tasks, self.specs):
             if not specs.config.predict_in_workers:
                 self.replica_sources.append(None)
@@ -1183,18 +1187,22 @@ class ProcessRuntime:
                     f"task {task.name!r}: WrapperConfig.predict_in_workers needs the 'fork' start method, "
                     f"got {self.start_method!r}"
                 )
-            board, counters = ParamBoard(task), SampleCounters(task.algorithm, workers)
-            self._boards.append((board, counters))
+            algorithm = task.algorithm
+            source = shared.get(id(algorithm))
+            if source is None:
+                board, counters = ParamBoard(task), SampleCounters(algorithm, workers)
+                self._boards.append((board, counters))
 
-            def publish(board: ParamBoard = board, counters: SampleCounters = counters) -> None:
-                counters.sync()
-                board.publish()
+                def publish(board: ParamBoard = board, counters: SampleCounters = counters) -> None:
+                    counters.sync()
+                    board.publish()
 
-            # Every task on the same model changes these parameters when it learns.
-            for other in self.tasks:
-                if other.algorithm.model is task.algorithm.model:
-                    self._unlisten.append(other.add_update_listener(publish))
-            self.replica_sources.append(ReplicaSource(task, board.name, counters.name, workers))
+                # Every task on the same model changes these parameters when it learns.
+                for other in self.tasks:
+                    if other.algorithm.model is algorithm.model:
+                        self._unlisten.append(other.add_update_listener(publish))
+                source = shared[id(algorithm)] = ReplicaSource(task, board.name, counters.name, workers)
+            self.replica_sources.append(ReplicaSource(task, source.board, source.counters, workers))
 
     def sync_replica_counters(self) -> None:
         """Bring every replicated algorithm's ``replica_counters`` to the run's totals (before a checkpoint)."""
