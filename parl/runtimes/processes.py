@@ -16,6 +16,11 @@ learning results come back the same way.
     _WorkerLink thread: predict(shm) <-- 1 msg/round -- Hub: pack pending predictions
                         actions -> shm --> reply --> agents resume with their rows
 
+With ``WrapperConfig(predict_in_workers=True)`` a worker predicts a task's rounds on its own
+replica of the task instead (:mod:`parl.runtimes.replicas`): no message per round, and the
+learner process only learns, publishing the parameters through shared memory after each
+learning call.
+
 A worker that dies (killed from outside, crashed env library) is detected by
 its link within a poll interval and reported as a failure of its agents, or
 restarted when ``restart_failed_agents`` is set.
@@ -558,7 +563,7 @@ class _Worker:
         self.pending_states: AgentHelperStates = dict(helper_states or {})
         self.pred_conn, self.msg_conn, self.stop_event = pred_conn, msg_conn, stop_event
         self.messenger = _WorkerMessenger(msg_conn, stop_event)
-        built = _build_replicas(replicas, worker, spec.seed) if replicas else [None] * len(spec.tasks)
+        built = _build_replicas(replicas, worker, spec.seed) if replicas and any(replicas) else [None] * len(spec.tasks)
         self.wrappers = [
             _RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger, built[i])
             for i, t in enumerate(spec.tasks)
