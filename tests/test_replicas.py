@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -247,6 +248,34 @@ def test_dqn_with_replicas_learns_and_keeps_one_epsilon_schedule_for_the_run() -
     names = [n for s in runtime.replica_sources if s is not None for n in (s.board, s.counters)]
     assert len(names) == 2 and not any(os.path.exists(f"/dev/shm/{n}") for n in names)
     assert _no_children_left()
+
+
+@pytest.mark.timeout(120)
+def test_a_checkpoint_during_a_run_with_replicas_keeps_the_runs_exploration_count(tmp_path: Path) -> None:
+    from parl.runtimes.control import RunControl
+    from parl.training.checkpoint import RunCheckpointer, RunCounters
+
+    task = _dqn_task()
+    algo = task.algorithm
+    assert isinstance(algo, parl.DQN)
+    m = parl.Manager([task], GymAgent, _cartpole, parl.ManagerConfig(num_agents=4, runtime="processes",
+                                                                     num_workers=2, max_steps=1_500))  # fmt: skip
+    ckpt = RunCheckpointer(tmp_path)
+    saved: list[tuple[Path, int]] = []
+
+    def save_mid_run(control: RunControl) -> bool:
+        if not saved and control.env_steps >= 600:
+            steps = control.env_steps
+            saved.append((ckpt.save(m, RunCounters(env_steps=steps, episodes=control.episodes)), steps))
+        return False
+
+    m.run(stop_when=save_mid_run)
+    ((path, steps_then),) = saved
+    restored = parl.ComputationTask("RL", parl.DQN(lambda: CartPoleQModel(32), parl.DQNConfig()))
+    restored.load(path / "task_RL.pdckpt")
+    explored = restored.algorithm.explored_samples  # type: ignore[attr-defined]
+    # Every counted step was predicted before it was counted, in either worker: the checkpoint has them all.
+    assert steps_then <= explored < algo.explored_samples
 
 
 class _Scalar(parl.Model):
