@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -74,10 +75,11 @@ class WideObsEnv(gym.Env[np.ndarray, int]):
         return self._obs, 1.0, False, self.t >= self.length, {}
 
 
-def rss_mb() -> float:
-    """Current resident set size of this process, in MiB (from /proc; NaN elsewhere)."""
-    status = Path("/proc/self/status")
-    if status.exists():
+def rss_mb(pid: int | str = "self") -> float:
+    """Current resident set size of this process (or of process ``pid``), in MiB (from /proc; NaN elsewhere
+    or once the process is gone)."""
+    status = Path(f"/proc/{pid}/status")
+    with contextlib.suppress(OSError):
         for line in status.read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024.0

@@ -1,15 +1,18 @@
 """Memory soak: agents learning for many minutes; resident memory sampled over time must not grow.
 
 Run: ``python -m benchmarks.soak --minutes 10``. 32 CartPole agents learn with DQN through
-ExpReplayHelper (buffers small enough to fill early) on the coroutine runtime; RSS is sampled every
-``--every`` seconds. Growth is measured after a warm-up (the first fifth of the run) as the change
-from the first to the last sample and as a least-squares slope. Writes benchmarks/results/soak.json
+ExpReplayHelper (buffers small enough to fill early) on the coroutine runtime (``--runtime processes
+--predict-in-workers``: in two worker processes predicting on replicas); RSS is sampled every
+``--every`` seconds, of this process and of each worker process. Growth is measured after a warm-up
+(the first fifth of the run) as the change of the total from the first to the last sample and as a
+least-squares slope. Writes benchmarks/results/soak.json
 and the soak section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import time
 
 import gymnasium as gym
@@ -34,10 +37,19 @@ def main(argv: list[str] | None = None) -> None:
         default=100,
         help="episodes per agent the run report keeps (0: all; each costs ~60 bytes, which a soak would count)",
     )
+    parser.add_argument(
+        "--predict-in-workers", action="store_true", help="processes runtime: workers predict on replicas"
+    )
     args = parser.parse_args(argv)
+    if args.predict_in_workers and args.runtime != "processes":
+        parser.error("--predict-in-workers needs --runtime processes")
     algo = parl.DQN(lambda: CartPoleQModel(64), parl.DQNConfig(epsilon_decay_samples=20_000))
     task = parl.TaskConfig(
-        "RL", algo, parl.ExpReplayHelper, parl.ExpReplayConfig(capacity=2_000, learning_starts=200, learn_every=16)
+        "RL",
+        algo,
+        parl.ExpReplayHelper,
+        parl.ExpReplayConfig(capacity=2_000, learning_starts=200, learn_every=16),
+        wrapper=parl.WrapperConfig(predict_in_workers=args.predict_in_workers),
     )
     manager = parl.Manager(
         [task],
@@ -51,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
     )
     samples: list[tuple[float, int, float]] = []
+    workers: list[float] = []  # the worker processes' part of each sample
     start = time.monotonic()
     next_sample = 0.0
 
@@ -58,13 +71,20 @@ def main(argv: list[str] | None = None) -> None:
         nonlocal next_sample
         elapsed = time.monotonic() - start
         if elapsed >= next_sample:
-            samples.append((elapsed, control.steps, rss_mb()))
-            print(f"{elapsed:7.0f} s  {control.steps:9d} steps  RSS {samples[-1][2]:8.1f} MiB", flush=True)
+            children = sum(rss_mb(p.pid) for p in mp.active_children())
+            workers.append(children)
+            samples.append((elapsed, control.steps, rss_mb() + children))
+            print(
+                f"{elapsed:7.0f} s  {control.steps:9d} steps  RSS {samples[-1][2]:8.1f} MiB (workers {children:.1f})",
+                flush=True,
+            )
             next_sample += args.every
         return False
 
     report = manager.run(stop_when=sample)
-    samples.append((time.monotonic() - start, report.steps, rss_mb()))
+    samples.append((time.monotonic() - start, report.steps, rss_mb()))  # the workers have ended
+    if workers and workers[-1] > 0:
+        samples.pop()  # the last sample within the run has the workers; the one after it does not
     warm = [s for s in samples if s[0] >= args.minutes * 60 / 5] or samples
     t = np.array([s[0] for s in warm])
     m = np.array([s[2] for s in warm])
@@ -76,8 +96,10 @@ def main(argv: list[str] | None = None) -> None:
             "## Memory soak (`benchmarks/soak.py`)",
             "",
             f"{args.agents} CartPole agents learning with DQN for {args.minutes:g} minutes on the {args.runtime} "
-            f"runtime ({report.steps} env steps, {report.episodes} episodes, {report.training_stats['RL'].calls} "
-            f"learning calls); resident memory sampled every {args.every:g} s. The run report keeps the last "
+            + ("runtime with prediction replicas in its 2 workers " if args.predict_in_workers else "runtime ")
+            + f"({report.steps} env steps, {report.episodes} episodes, {report.training_stats['RL'].calls} "
+            f"learning calls); resident memory (of the learner and its worker processes together) sampled every "
+            f"{args.every:g} s. The run report keeps the last "
             f"{args.episode_history or 'all'} episodes per agent (`ManagerConfig.episode_history`; keeping every "
             "episode's return and length costs about 60 bytes per episode, which a long run of short episodes "
             "would otherwise show as growth).",
@@ -97,6 +119,9 @@ def main(argv: list[str] | None = None) -> None:
             "slope_mb_per_min": slope,
             "episodes": report.episodes,
             "episode_history": args.episode_history or None,
+            "runtime": args.runtime,
+            "predict_in_workers": args.predict_in_workers,
+            "workers_rss_mb": workers,
         }
         write_results("soak", results, md)
 
