@@ -13,7 +13,10 @@ Rows, CartPole-v1 and the throughput benchmark's model, N agents (default 64):
   to ``4E``; the busiest thread's (the hub's) difference of instructions over the difference of env
   steps leaves out everything both runs share (building the envs and agents, the start and the stop).
   The run polls nothing while it runs (``poll_s`` is an hour; the episode budget stops it), so the
-  count holds no per-second work, which callgrind's slowdown would otherwise inflate.
+  count holds no per-second work, which callgrind's slowdown would otherwise inflate;
+- the same agents in one worker process that predicts on its replica of the task (process runtime,
+  ``predict_in_workers``), counted the same way: the busiest thread is the worker's hub (callgrind
+  follows the fork).
 
 Run: ``python -m benchmarks.instructions`` (needs valgrind: ``apt-get install valgrind``); writes
 benchmarks/results/instructions.json and the instructions section of docs/benchmarks.md.
@@ -32,11 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROWS = ("vector", "floor", "coroutines")
+ROWS = ("vector", "floor", "coroutines", "replicas")
 LABELS = {
     "vector": "vector loop (reference)",
     "floor": "blocking-style floor (no framework)",
     "coroutines": "agent path, coroutines",
+    "replicas": "agent path, processes P=1, replicas (the worker)",
 }
 STEPS_MARK = "measured env steps:"
 
@@ -98,9 +102,16 @@ def child(row: str, n: int, steps: int) -> None:
     else:
         import parl
 
-        config = parl.ManagerConfig(num_agents=n, runtime=row, max_episodes=max(1, steps // 10), poll_s=3600.0)
+        replicas = row == "replicas"
+        config = parl.ManagerConfig(
+            num_agents=n,
+            runtime="processes" if replicas else row,
+            num_workers=1,
+            max_episodes=max(1, steps // 10),
+            poll_s=3600.0,
+        )
         _instrument(True)
-        manager = agent_manager(make_env, obs_dim, config)
+        manager = agent_manager(make_env, obs_dim, config, predict_in_workers=replicas)
         manager.run()
         _instrument(False)
         taken = manager.wrappers["RL"].prediction_stats.samples

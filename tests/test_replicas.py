@@ -369,6 +369,24 @@ def test_an_error_in_a_replicas_prediction_reaches_the_agents_with_its_traceback
     assert _no_children_left()
 
 
+class _NoReplica(_Bump):
+    def on_replica(self, index: int, seed: int) -> None:
+        raise RuntimeError(f"no replica for worker {index}")
+
+
+@pytest.mark.timeout(60)
+def test_a_replica_that_cannot_be_built_fails_the_run_with_its_error() -> None:
+    task = parl.TaskConfig("RL", _NoReplica(_Scalar()), parl.AgentHelper,
+                           wrapper=parl.WrapperConfig(predict_in_workers=True))  # fmt: skip
+    config = parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_seconds=600)
+    start = time.monotonic()
+    with pytest.raises(parl.AgentError, match="no replica for worker") as info:
+        parl.Manager([task], _ReadYourWrites, _cartpole, config).run()
+    assert "on_replica" in info.value.traceback_text
+    assert time.monotonic() - start < 30
+    assert _no_children_left()
+
+
 @pytest.mark.timeout(90)
 def test_a_killed_worker_with_replicas_is_restarted_and_its_counts_are_kept() -> None:
     task = _dqn_task()

@@ -716,7 +716,14 @@ def _worker_main(
     replicas: Sequence[ReplicaSource | None] | None = None,
 ) -> None:
     """Entry point of a worker process."""
-    _Worker(worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event, helper_states, replicas).run()
+    try:
+        body = _Worker(worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event, helper_states, replicas)
+    except BaseException as exc:  # noqa: BLE001 - e.g. a replica that cannot be built: the learner must know why
+        first = agent_ids[0] if agent_ids else -1
+        with contextlib.suppress(Exception):
+            msg_conn.send(("failure", first, _picklable(exc), traceback.format_exc(), False))
+        raise
+    body.run()
 
 
 # --------------------------------------------------------------------------- learner side
