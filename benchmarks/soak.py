@@ -82,9 +82,8 @@ def main(argv: list[str] | None = None) -> None:
         return False
 
     report = manager.run(stop_when=sample)
-    samples.append((time.monotonic() - start, report.steps, rss_mb()))  # the workers have ended
-    if workers and workers[-1] > 0:
-        samples.pop()  # the last sample within the run has the workers; the one after it does not
+    if not any(workers):  # one process: a last sample after the run (worker processes have ended by then)
+        samples.append((time.monotonic() - start, report.steps, rss_mb()))
     warm = [s for s in samples if s[0] >= args.minutes * 60 / 5] or samples
     t = np.array([s[0] for s in warm])
     m = np.array([s[2] for s in warm])

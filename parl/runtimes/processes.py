@@ -51,7 +51,6 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
@@ -75,7 +74,15 @@ from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.runtimes.control import AgentSlot, RunControl
 from parl.runtimes.coroutines import Hub
 from parl.runtimes.faults import FaultConfig
-from parl.runtimes.replicas import ParamBoard, PredictionReplica, SampleCounters, models_quiet, replica_seed
+from parl.runtimes.replicas import (
+    ParamBoard,
+    PredictionReplica,
+    ReplicaSource,
+    SampleCounters,
+    build_replicas,
+    models_quiet,
+)
+from parl.runtimes.shared_block import SharedBlock
 
 __all__ = ["ProcessRuntime", "TaskSpecs", "RemoteAgentSpec", "HelperStates", "HelperStateError", "AgentHelperStates"]
 
@@ -146,24 +153,13 @@ class RemoteAgentSpec:
 # --------------------------------------------------------------------------- shared memory
 
 
-class _SharedArrays:
-    """Named arrays of ``capacity`` rows laid out in one shared-memory block."""
+class _SharedArrays(SharedBlock):
+    """Named arrays of ``capacity`` rows (one per field spec) laid out in one shared-memory block."""
 
     def __init__(self, specs: Sequence[FieldSpec], capacity: int, name: str | None = None) -> None:
         self.specs = list(specs)
         self.capacity = capacity
-        offsets, total = [], 0
-        for s in self.specs:
-            total = (total + 63) // 64 * 64
-            offsets.append(total)
-            total += capacity * int(np.prod(s.shape, dtype=np.int64)) * s.np_dtype.itemsize
-        size = max(total, 64)
-        self.shm = shared_memory.SharedMemory(name=name, create=name is None, size=size)
-        self.owner = name is None
-        self.views = {
-            s.name: np.ndarray((capacity,) + s.shape, s.np_dtype, buffer=self.shm.buf, offset=off)
-            for s, off in zip(self.specs, offsets)
-        }
+        super().__init__([(s.name, (capacity,) + s.shape, s.np_dtype) for s in self.specs], name)
 
     def write(self, data: Mapping[str, np.ndarray], rows: int) -> None:
         for k, v in data.items():
@@ -171,16 +167,6 @@ class _SharedArrays:
 
     def read(self, rows: int, copy: bool) -> dict[str, np.ndarray]:
         return {k: (v[:rows].copy() if copy else v[:rows]) for k, v in self.views.items()}
-
-    def close(self) -> None:
-        self.views = {}
-        # A view still held (a request being served) keeps the mapping until it goes; the name is
-        # unlinked all the same, so no segment is left behind.
-        with contextlib.suppress(BufferError):
-            self.shm.close()
-        if self.owner:
-            with contextlib.suppress(FileNotFoundError):
-                self.shm.unlink()
 
 
 @dataclass
@@ -451,12 +437,11 @@ class _WorkerMessenger:
     def _flush_locked(self) -> None:
         if self._predictions:
             predictions, self._predictions = self._predictions, []
-            self._last_report = time.monotonic()
             self.conn.send(("predictions", predictions))
         if self._episodes:
             episodes, self._episodes = self._episodes, []
-            self._last_report = time.monotonic()
             self.conn.send(("episodes", episodes))
+        self._last_report = time.monotonic()
 
 
 class _WorkerControl(RunControl):
@@ -563,7 +548,7 @@ class _Worker:
         self.pending_states: AgentHelperStates = dict(helper_states or {})
         self.pred_conn, self.msg_conn, self.stop_event = pred_conn, msg_conn, stop_event
         self.messenger = _WorkerMessenger(msg_conn, stop_event)
-        built = _build_replicas(replicas, worker, spec.seed) if replicas and any(replicas) else [None] * len(spec.tasks)
+        built = build_replicas(replicas, worker, spec.seed) if replicas and any(replicas) else [None] * len(spec.tasks)
         self.wrappers = [
             _RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger, built[i])
             for i, t in enumerate(spec.tasks)
@@ -675,33 +660,6 @@ class _Worker:
                     w.reply.close()
                 if w.replica is not None:
                     w.replica.close()
-
-
-@dataclass
-class ReplicaSource:
-    """What a forked worker needs to replicate one task: the task itself (inherited, never pickled)
-    and the names of the learner's shared blocks for it."""
-
-    task: ComputationTask
-    board: str
-    counters: str
-    workers: int
-
-
-def _build_replicas(sources: Sequence[ReplicaSource | None], worker: int, seed: int) -> list[PredictionReplica | None]:
-    """The worker's replicas, after giving this process random streams of its own (Paddle, NumPy)."""
-    import paddle
-
-    # Paddle keeps its mode per thread: a worker forked by a restart runs in a copy of the learner's
-    # link thread, where dygraph mode was never switched on.
-    if not paddle.in_dynamic_mode():
-        paddle.disable_static()
-    process_seed = replica_seed(seed, worker)
-    paddle.seed(process_seed)
-    np.random.seed(process_seed)
-    return [
-        None if s is None else PredictionReplica(s.task, s.board, s.counters, s.workers, worker, seed) for s in sources
-    ]
 
 
 def _worker_main(

@@ -35,8 +35,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from multiprocessing import shared_memory
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import paddle
@@ -45,10 +44,18 @@ from parl.framework.algorithm import Algorithm
 from parl.framework.computation_task import ComputationTask
 from parl.framework.model import Model
 from parl.framework.types import Prediction
+from parl.runtimes.shared_block import SharedBlock
 
-__all__ = ["ParamBoard", "SampleCounters", "PredictionReplica", "replica_tensors", "replica_seed"]
+__all__ = [
+    "ParamBoard",
+    "SampleCounters",
+    "PredictionReplica",
+    "ReplicaSource",
+    "build_replicas",
+    "replica_tensors",
+    "replica_seed",
+]
 
-_HEADER = 64
 PULL_TIMEOUT_S = 5.0
 """Longest a replica waits for the learner to finish writing a snapshot before it predicts on the tensors it has."""
 """Bytes before the first tensor: the sequence number, on a cache line of its own."""
@@ -69,7 +76,7 @@ def replica_tensors(algorithm: Algorithm) -> list[tuple[str, paddle.Tensor]]:
 
 def _models(algorithm: Algorithm) -> list[Model]:
     seen: dict[int, Model] = {}
-    for obj in [algorithm.model, *algorithm.checkpoint_items().values()]:
+    for obj in algorithm.checkpoint_items().values():  # the model, its reference models (and the optimizer)
         if isinstance(obj, Model):
             seen.setdefault(id(obj), obj)
     return list(seen.values())
@@ -95,25 +102,6 @@ def replica_seed(seed: int, worker: int) -> int:
     return int(np.random.SeedSequence([seed, worker, 0x5EED]).generate_state(1, np.uint32)[0])
 
 
-class _Block:
-    """A shared-memory block: created by the learner (``name=None``), attached by a worker."""
-
-    def __init__(self, size: int, name: str | None) -> None:
-        self.shm = shared_memory.SharedMemory(name=name, create=name is None, size=max(size, _HEADER))
-        self.owner = name is None
-
-    @property
-    def name(self) -> str:
-        return self.shm.name
-
-    def close(self) -> None:
-        with contextlib.suppress(BufferError):  # a view still held keeps the mapping; the name goes all the same
-            self.shm.close()
-        if self.owner:
-            with contextlib.suppress(FileNotFoundError):
-                self.shm.unlink()
-
-
 class ParamBoard:
     """One task's tensors in shared memory, published by the learner and pulled by the replicas.
 
@@ -134,18 +122,13 @@ class ParamBoard:
     def __init__(self, task: ComputationTask, name: str | None = None) -> None:
         self.task = task
         self.tensors = replica_tensors(task.algorithm)
-        offsets, total = [], _HEADER
-        for _, t in self.tensors:
-            total = (total + 63) // 64 * 64
-            offsets.append(total)
-            total += int(np.prod(t.shape, dtype=np.int64)) * np.dtype(_np_dtype(t)).itemsize
-        self._block = _Block(total, name)
-        buf = self._block.shm.buf
-        self._seq = np.ndarray((1,), np.int64, buffer=buf, offset=0)
-        self.views = [
-            np.ndarray(tuple(int(d) for d in t.shape), _np_dtype(t), buffer=buf, offset=off)
-            for (_, t), off in zip(self.tensors, offsets)
-        ]
+        layout = [("seq", (1,), np.dtype(np.int64))]
+        for key, t in self.tensors:
+            value = t.numpy()
+            layout.append((key, value.shape, value.dtype))
+        self._block = SharedBlock(layout, name)
+        self._seq = self._block.views["seq"]
+        self.views = [self._block.views[key] for key, _ in self.tensors]
         self._staged = [np.empty_like(v) for v in self.views] if name is not None else []
         self.publishes = 0
         self._lock = threading.Lock()  # publish against close: a learning call may end as the run stops
@@ -217,10 +200,6 @@ class ParamBoard:
             self._block.close()
 
 
-def _np_dtype(t: paddle.Tensor) -> np.dtype[Any]:
-    return np.dtype(str(t.dtype).replace("paddle.", ""))
-
-
 class SampleCounters:
     """The algorithm's ``replica_counters`` summed over the learner and every worker.
 
@@ -239,8 +218,8 @@ class SampleCounters:
                     f"got {type(getattr(algorithm, n, None)).__name__}"
                 )
         self.workers = workers
-        self._block = _Block(8 * (1 + workers) * max(1, len(self.names)), name)
-        self.rows = np.ndarray((1 + workers, len(self.names)), np.int64, buffer=self._block.shm.buf)
+        self._block = SharedBlock([("rows", (1 + workers, len(self.names)), np.dtype(np.int64))], name)
+        self.rows = self._block.views["rows"]
         self._lock = threading.Lock()
         self._closed = False
         if name is None:
@@ -334,3 +313,29 @@ class PredictionReplica:
     def close(self) -> None:
         self.board.close()
         self.counters.close()
+
+
+@dataclass
+class ReplicaSource:
+    """What a forked worker needs to replicate one task: the task itself (inherited, never pickled)
+    and the names of the learner's shared blocks for it."""
+
+    task: ComputationTask
+    board: str
+    counters: str
+    workers: int
+
+
+def build_replicas(sources: Sequence[ReplicaSource | None], worker: int, seed: int) -> list[PredictionReplica | None]:
+    """Worker side, once after the fork: this process's replicas (None where the learner predicts), after
+    giving the process random streams of its own (Paddle's and NumPy's global seeds)."""
+    # Paddle keeps its mode per thread: a worker forked by a restart runs in a copy of the learner's
+    # link thread, where dygraph mode was never switched on.
+    if not paddle.in_dynamic_mode():
+        paddle.disable_static()
+    process_seed = replica_seed(seed, worker)
+    paddle.seed(process_seed)
+    np.random.seed(process_seed)
+    return [
+        None if s is None else PredictionReplica(s.task, s.board, s.counters, s.workers, worker, seed) for s in sources
+    ]
