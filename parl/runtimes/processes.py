@@ -83,6 +83,7 @@ from parl.runtimes.replicas import (
     models_quiet,
 )
 from parl.runtimes.shared_block import SharedBlock
+from parl.runtimes.stop_flag import StopFlag
 
 __all__ = ["ProcessRuntime", "TaskSpecs", "RemoteAgentSpec", "HelperStates", "HelperStateError", "AgentHelperStates"]
 
@@ -1190,7 +1191,9 @@ class ProcessRuntime:
         self._boards = []
 
     def _make_stop_event(self) -> Any:
-        return mp.get_context(self.start_method).Event()
+        # Not a multiprocessing.Event: a worker killed inside its lock would hang every other
+        # process at its next look (see parl.runtimes.stop_flag).
+        return StopFlag(mp.get_context(self.start_method))
 
     def _new_link(self, index: int, agent_ids: list[int], control: RunControl) -> _WorkerLink:
         return _WorkerLink(index, agent_ids, self, control)
