@@ -177,3 +177,86 @@ def test_act_goes_through_a_helper_s_own_predict(wrapper: parl.ComputationWrappe
     assert helper.act(obs) == expected_action(obs)[0]
     helper.store_step(1.0)
     assert len(helper.seen) == 1 and helper.seen[0] is obs
+
+
+class _LimitedActAgent(ActAgent):
+    episodes_limit = 3
+
+
+def _transitions_per_agent(runtime: str) -> dict[int, list[parl.TrainingBatch]]:
+    config = parl.ManagerConfig(num_agents=4, runtime=runtime, max_seconds=60)
+    manager = parl.Manager([echo_task_config(helper=RecordingHelper)], _LimitedActAgent, counter_envs(length=4), config)
+    report = manager.run()
+    assert report.failures == []
+    out = {}
+    for slot in manager.slots:
+        assert slot.agent is not None
+        out[slot.agent_id] = slot.agent.helpers["RL"].transitions  # type: ignore[attr-defined]
+    return out
+
+
+@pytest.mark.timeout(120)
+def test_the_hub_s_own_act_records_the_steps_the_helper_s_act_records() -> None:
+    # On the coroutine runtime a plain helper's act is the hub's one-call version (the request, the wait
+    # and the step's record in one function); in a thread it is AgentHelper.act. Same transitions.
+    hub_run, thread_run = _transitions_per_agent("coroutines"), _transitions_per_agent("threads")
+    assert sorted(hub_run) == sorted(thread_run) == [0, 1, 2, 3]
+    for agent_id, want in thread_run.items():
+        assert len(want) == 3 * 4  # three episodes of four steps
+        assert_same_transitions(hub_run[agent_id], want)
+
+
+class _OwnActHelper(parl.AgentHelper):
+    def act(self, value, explore=True):  # type: ignore[no-untyped-def]
+        return super().act(value, explore)
+
+
+@pytest.mark.timeout(60)
+def test_a_hub_serves_act_in_one_call_only_for_a_helper_that_keeps_the_base_act_and_predict() -> None:
+    from parl.runtimes.coroutines import Hub
+
+    wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
+    hub = Hub(0)
+
+    def comm(i: int) -> parl.Communicator:
+        return wrapper.create_communicator(i, hub.return_queue, prediction_sink=hub.sink(wrapper))
+
+    plain, own_act, own_predict = (
+        parl.AgentHelper("RL", comm(0)),
+        _OwnActHelper("RL", comm(1)),
+        _CountingPredictHelper("RL", comm(2)),
+    )
+    assert "act" in vars(plain)  # the hub's function, set on the instance
+    assert "act" not in vars(own_act) and "act" not in vars(own_predict)  # their class's act
+    # A thread's return queue has no one-call act: the helper keeps AgentHelper.act.
+    assert "act" not in vars(parl.AgentHelper("RL", wrapper.create_communicator(3)))
+
+
+class _Float64ActAgent(_LimitedActAgent):
+    def observe(self, obs: np.ndarray, t: int) -> np.ndarray:
+        return obs.astype(np.float64) if t % 2 else obs  # every other step: another dtype of the same kind
+
+
+class _MisshapedActAgent(_LimitedActAgent):
+    def observe(self, obs: np.ndarray, t: int) -> np.ndarray:
+        return np.concatenate([obs, obs]) if (self.agent_id, t) == (1, 2) else obs
+
+
+@pytest.mark.timeout(120)
+def test_the_hub_s_own_act_hands_other_inputs_to_the_general_checks() -> None:
+    config = parl.ManagerConfig(num_agents=2, runtime="coroutines", max_seconds=60)
+    manager = parl.Manager([echo_task_config(helper=RecordingHelper)], _Float64ActAgent, counter_envs(length=4), config)
+    assert manager.run().failures == []
+    for slot in manager.slots:
+        assert slot.agent is not None
+        transitions = slot.agent.helpers["RL"].transitions  # type: ignore[attr-defined]
+        assert len(transitions) == 12 and all(t.inputs["obs"].dtype == np.float32 for t in transitions)
+        for obs, action, echo in slot.agent.records:  # type: ignore[attr-defined]
+            assert action == expected_action(obs)[0]
+            np.testing.assert_array_equal(echo, obs.astype(np.float32) * 2.0)
+
+    manager = parl.Manager([echo_task_config()], _MisshapedActAgent, counter_envs(length=4), config)
+    with pytest.raises(parl.AgentError) as info:
+        manager.run()
+    assert info.value.agent_id == 1 and isinstance(info.value.original, ValueError)
+    assert "shape" in str(info.value.original)

@@ -6,6 +6,7 @@ import enum
 import logging
 import math
 import threading
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -107,9 +108,9 @@ class AgentHelper:
         # The states used by the latest prediction, until store_data consumes them (None: none pending).
         self._pre_states: dict[str, np.ndarray] | None = None
         self._prev: dict[str, Any] | None = None
-        # The latest prediction: the batch it came in and this agent's row (None: the whole of it).
-        self._pred: Prediction | None = None
-        self._row: int | None = None
+        # The latest prediction as (sent, prediction, row): the batch it came in and this agent's row
+        # (None: the whole of it). While an act() step is the latest, it is in ``_act`` instead.
+        self._answer: tuple[Any, Prediction | None, int | None] = (None, None, None)
         # A helper that does not override on_transition (or _completed) has no use for transitions:
         # skip building them.
         self._wants_transitions = (
@@ -121,7 +122,7 @@ class AgentHelper:
             type(self).on_episode_end is AgentHelper.on_episode_end
         )
         # The (key, object) pairs the latest predict was given, and the arrays the task accepted for them.
-        self._accepted_pairs: tuple[tuple[str, Any], ...] | None = ()
+        self._accepted_pairs: tuple[tuple[str, Any], ...] = ()
         self._accepted: dict[str, np.ndarray] = {}
         self._returned_actions: dict[str, Any] = {}
         # Whether the latest predict's step is still to be recorded (store_step records it once).
@@ -138,11 +139,16 @@ class AgentHelper:
             stateless_single and self._only_action is not None and type(self).predict is AgentHelper.predict
         )
         self._act_name = self._only_action or ""  # the action field act() returns when _act_short
-        # What act() was given, sent and returned; the step's dicts above are built from these only
-        # when a record needs them (``_accepted_pairs`` is None until then).
-        self._act_given: Any = None
-        self._act_sent: Any = None
-        self._act_action: Any = None
+        # The latest act() as (what it was given, the answer (sent, prediction, row), the action it
+        # returned), until a record needs the step's dicts above (_step_of_act) or predict() runs.
+        # Whoever serves act() writes it, with _step_open: this class, or a runtime's own act (below).
+        self._act: tuple[Any, tuple[Any, Prediction, int], Any] | None = None
+        if self._act_short and type(self).act is AgentHelper.act:
+            # The runtime may serve act() itself, in one call from the agent to its wait (the coroutine
+            # hub does); anything it does not take comes back to AgentHelper.act.
+            own = comm.row_actor(self, self._act_name, types.MethodType(AgentHelper.act, self))
+            if own is not None:
+                self.act = own  # type: ignore[method-assign,assignment]
         # One scalar reward field: a float reward is stored without the general check.
         only = self.reward_specs[0] if len(self.reward_specs) == 1 else None
         self._scalar_reward = only if only is not None and only.shape == () and only.np_dtype.kind == "f" else None
@@ -175,7 +181,8 @@ class AgentHelper:
             checked = {key: sent}
         else:
             checked, pred, row = self.comm.predict_sample(inputs, self.states, explore)
-        self._pred, self._row = pred, row
+        self._answer = (checked, pred, row)
+        self._act = None
         # The task accepted exactly these arrays (specs on entry, NaN/inf on the packed batch), so
         # store_data of the same objects need not check them again.
         self._accepted_pairs = tuple(inputs.items())
@@ -217,36 +224,40 @@ class AgentHelper:
                     f"{[s.name for s in self.action_specs]} (use predict with dicts)"
                 )
             return self.predict({self.input_specs[0].name: value}, explore)[only]
-        sent, pred, row = self._request_row(value, explore)
-        self._pred, self._row = pred, row
-        self._act_given, self._act_sent = value, sent
-        self._accepted_pairs = None  # built by _step_of_act when a record needs it
-        action = pred.actions[self._act_name][row]
-        self._act_action = action
+        answer = self._request_row(value, explore)  # (sent, prediction, row)
+        action = answer[1].actions[self._act_name][answer[2]]
+        self._act = (value, answer, action)  # the step's dicts are built when a record needs them
         self._step_open = True
         return action
 
     def _step_of_act(self) -> tuple[tuple[str, Any], ...]:
         """Build the step dicts of the latest :meth:`act` as :meth:`predict` keeps them; return the pairs."""
-        key, only = self._single_input, self._only_action
-        assert key is not None and only is not None  # act takes its short way only then (_act_short)
-        pairs = self._accepted_pairs = ((key, self._act_given),)
-        self._accepted = {key: self._act_sent}
-        self._returned_actions = {only: self._act_action}
+        key, only, act = self._single_input, self._only_action, self._act
+        assert key is not None and only is not None and act is not None  # act's short way only (_act_short)
+        given, answer, action = act
+        pairs = self._accepted_pairs = ((key, given),)
+        self._accepted = {key: answer[0]}
+        self._returned_actions = {only: action}
         self._pre_states = self.states
+        self._answer, self._act = answer, None
         return pairs
+
+    def _latest(self) -> tuple[Prediction | None, int | None]:
+        """The latest prediction's batch and this agent's row in it (None: the whole of it)."""
+        answer = self._act[1] if self._act is not None else self._answer
+        return answer[1], answer[2]
 
     @property
     def last_prediction(self) -> Prediction | None:
         """This agent's part of the latest prediction (one row per array), or None before the first."""
-        pred, row = self._pred, self._row
+        pred, row = self._latest()
         if pred is None or row is None:
             return pred
         return slice_prediction(pred, row, row + 1)
 
     @last_prediction.setter
     def last_prediction(self, pred: Prediction | None) -> None:
-        self._pred, self._row = pred, None
+        self._answer, self._act = (None, pred, None), None
         self._step_open = False  # a prediction made elsewhere: store_step has no inputs of it
 
     # --------------------------------------------------------- experience
@@ -267,7 +278,7 @@ class AgentHelper:
         """
         if game_over is not _NOT_OVER and type(game_over) is not GameOver:
             game_over = GameOver(int(game_over))  # an int (store_final passes a member: no lookup)
-        if game_over is _NOT_OVER and self._accepted_pairs is None:
+        if game_over is _NOT_OVER and self._act is not None:
             # A step of act() recorded here: build what predict keeps (a final observation needs none of it).
             self._step_of_act()
         if (
@@ -360,15 +371,14 @@ class AgentHelper:
         ):
             # Once per agent step of a helper that keeps nothing: predict checked the rest, and a float
             # minus itself is 0.0 exactly when it is finite.
-            self._step_open = False
-            self._pre_states = None
+            self._step_open = False  # (nothing here reads the states a prediction used)
             return
         if not self._step_open:
             raise SpecError(
                 f"agent {self.agent_id}, task {self.name!r}: store_step records the step of the latest predict "
                 "or act, and there is none waiting (call predict first; each predict is recorded once)"
             )
-        pairs = self._accepted_pairs if self._accepted_pairs is not None else self._step_of_act()
+        pairs = self._accepted_pairs if self._act is None else self._step_of_act()
         self.store_data(dict(pairs), self._returned_actions, rewards, extras=extras)
 
     def _validate_step(
@@ -454,7 +464,7 @@ class AgentHelper:
     def _accepted_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
         """The checked arrays when ``inputs`` holds the very objects of the last prediction, else None."""
         pairs = self._accepted_pairs
-        if not pairs or len(inputs) != len(pairs):
+        if not pairs or self._act is not None or len(inputs) != len(pairs):  # (an act's pairs are not built)
             return None
         if len(pairs) == 1:
             ((key, obj),) = pairs
@@ -475,7 +485,7 @@ class AgentHelper:
         """Per-sample extras the algorithm asked to learn from, taken from this step's prediction."""
         if not self.extra_specs:
             return {}
-        pred = self._pred
+        pred, row = self._latest()
         got = pred.extras if pred is not None else {}
         missing = [s.name for s in self.extra_specs if s.name not in got]
         if missing:
@@ -483,8 +493,7 @@ class AgentHelper:
                 f"agent {self.agent_id}, task {self.name!r}: learning needs extras {missing}; pass them to "
                 "store_data(extras=...) or predict first (the algorithm's prediction provides them)"
             )
-        row = self._row or 0
-        return {s.name: got[s.name][row] for s in self.extra_specs}
+        return {s.name: got[s.name][row or 0] for s in self.extra_specs}
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         """Record the final observation of an episode: terminated (True) or truncated (False)."""

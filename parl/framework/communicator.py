@@ -47,6 +47,18 @@ class ReturnQueue(Protocol):
 RowRequester = Callable[[Any, bool], tuple[np.ndarray, Prediction, int]]
 """What :meth:`Communicator.row_requester` returns: ``(value, explore) -> (sent, prediction, row)``."""
 
+RowActor = Callable[[Any, bool], Any]
+"""What :meth:`Communicator.row_actor` returns: ``(value, explore) -> action``, as ``AgentHelper.act``."""
+
+
+class ActTarget(Protocol):
+    """Where an act() records its step: the two fields of an :class:`~parl.AgentHelper` that
+    ``AgentHelper.act`` writes, and a runtime's own act (:meth:`Communicator.row_actor`) too."""
+
+    _act: tuple[Any, tuple[Any, Prediction, int], Any] | None
+    """(value given, answer ``(sent, prediction, row)``, action returned)."""
+    _step_open: bool
+
 
 class ThreadReturnQueue:
     """A return queue for an agent running in its own OS thread."""
@@ -220,6 +232,17 @@ class Communicator:
         coroutine hub binds everything the request touches). Bind it once per agent."""
         make = getattr(self.prediction_return_q, "row_requester", None)
         return make(self) if make is not None else self.predict_row
+
+    def row_actor(self, helper: ActTarget, action: str, fallback: RowActor) -> RowActor | None:
+        """The runtime's own :meth:`AgentHelper.act` for ``helper``, or None when it has none.
+
+        A runtime that serves predictions in the agent's own thread (the coroutine hub) can take an
+        agent's one-sample request and hand back its ``action`` field in one call, with no call in
+        between; it records the step in ``helper`` as ``AgentHelper.act`` does, and passes anything
+        it does not take (another shape or dtype, a stopping wrapper) to ``fallback``.
+        """
+        make = getattr(self.prediction_return_q, "row_actor", None)
+        return make(self, helper, action, fallback) if make is not None else None
 
     def predict_row(self, value: Any, explore: bool = True) -> tuple[np.ndarray, Prediction, int]:
         """The prediction for one sample of a task with a single input field and no states.

@@ -22,7 +22,7 @@ from typing import Any
 import greenlet
 import numpy as np
 
-from parl.framework.communicator import Communicator, Failure, PredictRequest, RowRequester
+from parl.framework.communicator import ActTarget, Communicator, Failure, PredictRequest, RowActor, RowRequester
 from parl.framework.computation_wrapper import ComputationWrapper, PredictItem
 from parl.framework.errors import RunStopped
 from parl.framework.types import Prediction
@@ -57,22 +57,60 @@ class _HubReturnQueue:
         """``comm.predict_row`` as one function with everything it touches bound: the request of
         every agent step, queued in its sink's row lane and answered by this hub (anything but the
         common array goes to ``comm``)."""
+        request = self._row_function(comm, None, "", comm.predict_row)
+        return request if request is not None else comm.predict_row
+
+    def row_actor(self, comm: Communicator, helper: ActTarget, action: str, fallback: RowActor) -> RowActor | None:
+        """``AgentHelper.act`` for ``helper`` in one call: :meth:`row_requester`'s request, then the row's
+        ``action`` field, with the step recorded in ``helper`` as ``act`` records it. What the request
+        does not take goes to ``fallback``, the helper's own ``act``."""
+        return self._row_function(comm, helper, action, fallback)
+
+    def _row_function(
+        self, comm: Communicator, helper: ActTarget | None, action: str, fallback: Callable[[Any, bool], Any]
+    ) -> Callable[[Any, bool], Any] | None:
+        """The one-sample request of every agent step, from the agent to its wait in one call (the
+        request and the wait are inlined: a call per step costs more than the rest of the request).
+
+        Returns ``(sent, prediction, row)`` when ``helper`` is None; else the row's ``action`` field,
+        recording the step in ``helper``. Anything but an array of the input's shape and dtype, a
+        stopping or dead wrapper, and an answer not taken yet (a failure) go to ``fallback``. The hub
+        answers by switching to the waiting agent with ``(value, prediction, row)``. None when
+        ``comm``'s requests do not go to this hub's row lanes.
+        """
         only, sink = comm.single_input, comm.prediction_q
         if only is None or type(sink) is not _PendingSink:
-            return comm.predict_row
+            return None
         self.comm = comm
         _, shape, dtype = only
-        hub, items, wrapper, fallback = self.hub, self.items, comm.wrapper, comm.predict_row
+        hub, items, wrapper, getcurrent, ndarray = self.hub, self.items, comm.wrapper, greenlet.getcurrent, np.ndarray
         explore_values, explore_queues = sink.explore_lane.values, sink.explore_lane.queues
         greedy_values, greedy_queues = sink.greedy_lane.values, sink.greedy_lane.queues
 
-        def request_row(value: Any, explore: bool = True) -> tuple[np.ndarray, Prediction, int]:
+        def finish(value: Any) -> tuple[np.ndarray, Prediction, int]:
+            """Wait for the answer after a wake-up without one (the loop of get())."""
+            while not items:
+                wrapper.check_alive()
+                if hub.stopping:
+                    raise RunStopped("the hub is stopping")
+                self.waiter = getcurrent()
+                answer = hub.main.switch()
+                if answer:
+                    return answer  # type: ignore[no-any-return]
+            answer = items.popleft()
+            if type(answer) is tuple:  # (prediction, row)
+                return value, answer[0], answer[1]
+            return value, comm.unwrap(answer), 0
+
+        def request(value: Any, explore: bool = True) -> Any:
             if (
-                type(value) is not np.ndarray
+                type(value) is not ndarray
                 or value.shape != shape
                 or (value.dtype is not dtype and value.dtype != dtype)
                 or wrapper.error is not None
                 or wrapper.stopping
+                or hub.stopping
+                or items  # an answer not taken (a failure left by a stop): the general wait raises it
             ):
                 return fallback(value, explore)
             if not sink.queued:
@@ -84,19 +122,18 @@ class _HubReturnQueue:
             else:
                 greedy_values.append(value)
                 greedy_queues.append(self)
-            while not items:  # the loop of get(), inlined
-                if hub.stopping:
-                    raise RunStopped("the hub is stopping")
-                self.waiter = greenlet.getcurrent()
-                hub.main.switch()
-                if not items:
-                    wrapper.check_alive()
-            answer = items.popleft()
-            if type(answer) is tuple:
-                return value, answer[0], answer[1]
-            return value, comm.unwrap(answer), 0
+            self.waiter = getcurrent()
+            answer = hub.main.switch()
+            if not answer:
+                answer = finish(value)
+            if helper is None:
+                return answer
+            chosen = answer[1].actions[action][answer[2]]
+            helper._act = (value, answer, chosen)
+            helper._step_open = True
+            return chosen
 
-        return request_row
+        return request
 
     def get(self, check: Callable[[], None]) -> Any:
         hub = self.hub
@@ -107,7 +144,7 @@ class _HubReturnQueue:
             if hub.stopping:
                 raise RunStopped("the hub is stopping")
             self.waiter = greenlet.getcurrent()
-            hub.main.switch()
+            hub.main.switch()  # (the hub hands answers over in the switch only to row requests)
             if not items:
                 check()
         return items.popleft()
@@ -233,9 +270,12 @@ class Hub:
             sink.queued = False
             if sink.items:
                 self._serve_items(sink)
-            for explore, lane in ((True, sink.explore_lane), (False, sink.greedy_lane)):
-                if lane.values:
-                    self._serve_rows(sink.wrapper, lane, explore)
+            # Both lanes are taken before either is served: agents resumed while the first is served
+            # may queue new requests, which wait for the next round, whatever their explore flag.
+            lanes = [(explore, lane.take()) for explore, lane in ((True, sink.explore_lane), (False, sink.greedy_lane))]
+            for explore, (values, queues) in lanes:
+                if values:
+                    self._serve_rows(sink.wrapper, values, queues, explore)
 
     def _serve_items(self, sink: _PendingSink) -> None:
         wrapper, items, samples = sink.wrapper, sink.items, sink.samples
@@ -254,11 +294,16 @@ class Hub:
                 wrapper.fail(exc, traceback.format_exc(), [it for c in chunks[i:] for it in c], "predict")
                 break
 
-    def _serve_rows(self, wrapper: ComputationWrapper, lane: _RowLane, explore: bool) -> None:
-        """Serve a lane's one-sample requests in batched calls and wake each agent with ``(prediction, row)``."""
-        values, queues = lane.take()
+    def _serve_rows(
+        self, wrapper: ComputationWrapper, values: list[np.ndarray], queues: list[_HubReturnQueue], explore: bool
+    ) -> None:
+        """Serve a lane's one-sample requests (``values`` and the return queue of each) in batched calls,
+        handing each agent ``(prediction, row)``.
+
+        A waiting agent is switched to with its row and runs to its next wait before the next agent
+        gets its own, as the floor's scheduler does: no queue or scheduler pass per agent step.
+        """
         limit = wrapper.config.max_batch_size
-        runnable = self.runnable
         for lo in range(0, len(values), limit):
             vs, qs = (values, queues) if len(values) <= limit else (values[lo : lo + limit], queues[lo : lo + limit])
             try:
@@ -280,12 +325,13 @@ class Hub:
                 for q in qs:
                     q.put(result)
                 continue
-            for i, q in enumerate(qs):  # put() inlined: this is the hub's own thread
-                q.items.append((result, i))
+            for i, q in enumerate(qs):
                 waiter = q.waiter
                 if waiter is not None:
                     q.waiter = None
-                    runnable.append(waiter)
+                    waiter.switch((vs[i], result, i))  # back here at the agent's next wait
+                else:  # woken already for another reason (in the runnable queue): it finds its row there
+                    q.items.append((result, i))  # as the general path answers: (prediction, row)
 
     def _shutdown(self, agents: list[greenlet.greenlet]) -> None:
         self.stopping = True
