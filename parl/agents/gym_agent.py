@@ -62,7 +62,7 @@ class GymAgent(Agent):
         # without StepResult. The episode's counters are locals, written back however the episode
         # ends (a stop included); total_steps stays live.
         act, env_step, store_step, budget = helper.act, env.step, helper.store_step, self.step_budget
-        episode_return, steps = 0.0, 0
+        ndarray, episode_return, first = np.ndarray, 0.0, self.total_steps
         try:
             while True:
                 action = act(obs)
@@ -77,20 +77,21 @@ class GymAgent(Agent):
                 if type(reward) is not float:
                     reward = float(reward)
                 episode_return += reward
-                steps += 1
                 self.total_steps += 1  # live: the run's step count and evaluation schedule read it
                 if terminated or truncated:
                     # Before store_step, which may wait (a helper that learns) and so meet a stop:
                     # the episode is whole all the same.
                     self.episode_ended = True
-                store_step(reward)
-                if type(obs) is not np.ndarray or (obs.dtype is not dtype and obs.dtype != dtype):
-                    obs = np.asarray(obs, dtype=dtype)
-                if terminated or truncated:
+                    store_step(reward)
+                    if type(obs) is not ndarray or (obs.dtype is not dtype and obs.dtype != dtype):
+                        obs = np.asarray(obs, dtype=dtype)
                     break
+                store_step(reward)
+                if type(obs) is not ndarray or (obs.dtype is not dtype and obs.dtype != dtype):
+                    obs = np.asarray(obs, dtype=dtype)
         finally:
             self.episode_return += episode_return
-            self.episode_steps += steps
+            self.episode_steps += self.total_steps - first
         helper.store_final({key: obs}, bool(terminated))
         return self.episode_return
 

@@ -74,9 +74,10 @@ class _HubReturnQueue:
 
         Returns ``(sent, prediction, row)`` when ``helper`` is None; else the row's ``action`` field,
         recording the step in ``helper``. Anything but an array of the input's shape and dtype, a
-        stopping or dead wrapper, and an answer not taken yet (a failure) go to ``fallback``. The hub
-        answers by switching to the waiting agent with ``(value, prediction, row)``. None when
-        ``comm``'s requests do not go to this hub's row lanes.
+        stopping hub, and an answer not taken yet (a failure) go to ``fallback``. The hub answers by
+        switching to the waiting agent with ``(value, prediction, row)``, or fails the round's rows when
+        the wrapper is dead or stopping (:meth:`Hub._serve_rows`). None when ``comm``'s requests do not
+        go to this hub's row lanes.
         """
         only, sink = comm.single_input, comm.prediction_q
         if only is None or type(sink) is not _PendingSink:
@@ -107,8 +108,6 @@ class _HubReturnQueue:
                 type(value) is not ndarray
                 or value.shape != shape
                 or (value.dtype is not dtype and value.dtype != dtype)
-                or wrapper.error is not None
-                or wrapper.stopping
                 or hub.stopping
                 or items  # an answer not taken (a failure left by a stop): the general wait raises it
             ):
@@ -254,6 +253,8 @@ class Hub:
                         self.runnable.append(g)
 
     def _drain_inbox(self, block: bool) -> bool:
+        if not block and self.inbox.empty():  # the common case, once per round: no exception raised
+            return False
         got = False
         while True:
             try:
@@ -307,9 +308,15 @@ class Hub:
         for lo in range(0, len(values), limit):
             vs, qs = (values, queues) if len(values) <= limit else (values[lo : lo + limit], queues[lo : lo + limit])
             try:
+                # The row requests do not look at the wrapper's state (once per agent step): its round does.
                 if wrapper.error is not None:
                     # The wrapper died (here or in its training loop): answer, do not serve.
                     wrapper.fail(wrapper.error, "", _row_items(wrapper, qs, vs, explore), "predict")
+                    continue
+                if wrapper.stopping:
+                    stopped = Failure(RunStopped(f"task {wrapper.task.name!r} is stopping"), "", "predict")
+                    for q in qs:
+                        q.put(stopped)
                     continue
                 result = wrapper.predict_rows(vs, explore)
                 if result is None:

@@ -520,7 +520,7 @@ class _WorkerHub(Hub):
 
     def run_requests(self) -> None:
         """Run the requests queued so far (in the hub's thread, between agent switches)."""
-        while True:
+        while not self.requests.empty():
             try:
                 request = self.requests.get_nowait()
             except queue.Empty:
