@@ -299,7 +299,7 @@ class Hub:
         self, wrapper: ComputationWrapper, values: list[np.ndarray], queues: list[_HubReturnQueue], explore: bool
     ) -> None:
         """Serve a lane's one-sample requests (``values`` and the return queue of each) in batched calls,
-        handing each agent ``(prediction, row)``.
+        handing each agent ``(value, prediction, row)``.
 
         A waiting agent is switched to with its row and runs to its next wait before the next agent
         gets its own, as the floor's scheduler does: no queue or scheduler pass per agent step.
