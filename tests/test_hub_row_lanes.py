@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import numpy as np
+import paddle
 import pytest
 from test_agent_group_fakes import ActAgent, EchoAlgorithm, counter_envs, echo_task_config, expected_action
 
@@ -54,6 +55,31 @@ def test_predict_rows_returns_a_failure_for_a_task_error_and_none_for_nan() -> N
     # A row holding NaN: not served here (the caller serves the rows as requests, failing only that one).
     assert wrapper.predict_rows([np.array([1.0, 0.0], np.float32), np.array([np.nan, 0.0], np.float32)], True) is None
     assert wrapper.prediction_stats.calls == 0  # neither call counted as served
+
+
+def test_predict_field_predicts_as_predict_does_and_leaves_the_grad_mode_as_it_was() -> None:
+    task = parl.ComputationTask("RL", FlagRecordingEcho(predict_raises=lambda obs: bool((obs[:, 0] == 7).any())))
+    batch = np.array([[5.0, 1.0], [2.0, 3.0]], np.float32)
+    direct = task.predict_field(batch, explore=False)
+    general = task.predict({"obs": batch}, explore=False)
+    np.testing.assert_array_equal(direct.actions["action"], general.actions["action"])
+    np.testing.assert_array_equal(direct.extras["echo"], general.extras["echo"])
+    assert direct.states == {}
+    assert paddle.is_grad_enabled()  # predict_field switches gradients off only for its own call
+    with pytest.raises(ZeroDivisionError):
+        task.predict_field(np.array([[7.0, 0.0]], np.float32))
+    assert paddle.is_grad_enabled()  # ... also when the algorithm raises
+    with paddle.no_grad():
+        task.predict_field(batch)
+        assert not paddle.is_grad_enabled()  # and restores what the caller had
+
+
+def test_predict_field_needs_one_input_field_and_no_states() -> None:
+    from test_helper_act import _Argmax, _TwoInputs  # a model with two input fields
+
+    task = parl.ComputationTask("Goal", _Argmax(_TwoInputs()))
+    with pytest.raises(parl.SpecError, match="predict_field needs one input field and no states"):
+        task.predict_field(np.zeros((1, 2), np.float32))
 
 
 class MixedFlagAgent(ActAgent):

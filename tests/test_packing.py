@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import parl
-from parl.data.packing import pack_fields, sample_count, unpack_fields
+from parl.data.packing import pack_fields, sample_count, stack_rows, unpack_fields
 from parl.data.specs import FieldSpec
 from parl.framework.computation_wrapper import pack_training_batches
 
@@ -262,3 +262,27 @@ def test_each_agent_gets_back_exactly_its_own_inputs_and_recurrent_states(
 def _rows_of(agents: list[tuple[dict, dict]], agent_id: int) -> tuple[int, int]:
     start = sum(sample_count(inputs) for inputs, _ in agents[:agent_id])
     return start, start + sample_count(agents[agent_id][0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=3),
+    st.sampled_from(DTYPES),
+    st.integers(1, 5),
+    st.integers(0, 2**31 - 1),
+)
+def test_stack_rows_is_np_stack_of_the_samples(shape: tuple[int, ...], dtype: str, rows: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    samples = [(rng.standard_normal(shape) * 10).astype(dtype) for _ in range(rows)]
+    batch = stack_rows(samples)
+    expected = np.stack(samples)
+    assert batch.shape == expected.shape == (rows, *shape)
+    assert batch.dtype == expected.dtype
+    np.testing.assert_array_equal(batch, expected)
+    batch[...] = 0  # a copy: the samples are untouched
+    np.testing.assert_array_equal(np.stack(samples), expected)
+
+
+def test_stack_rows_of_no_samples_says_what_it_needs() -> None:
+    with pytest.raises(ValueError, match="at least one sample"):
+        stack_rows([])

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["FieldSpec", "check_fields", "fast_checked", "zeros_for", "SpecError", "all_finite"]
+__all__ = ["FieldSpec", "check_fields", "fast_checked", "zeros_for", "SpecError", "all_finite", "all_finite_array"]
 
 
 class SpecError(ValueError):
@@ -136,7 +136,8 @@ def check_fields(
 _KINDS = {"f": "float", "i": "int", "u": "unsigned int", "b": "bool"}
 
 
-def _all_finite(arr: np.ndarray) -> bool:
+def all_finite_array(arr: np.ndarray) -> bool:
+    """Whether every element of the float array ``arr`` is finite (no NaN or inf)."""
     # One BLAS call: NaN or inf anywhere makes the sum of squares non-finite. Huge finite
     # values may overflow it, so a non-finite result is confirmed elementwise.
     # (``arr.dot`` of a vector costs two thirds of ``np.vdot``: the common single observation.)
@@ -147,7 +148,7 @@ def all_finite(data: Mapping[str, np.ndarray], specs: Sequence[FieldSpec]) -> bo
     """Whether every float field of ``data`` whose spec forbids NaN/inf is finite (one check per field)."""
     for spec in specs:
         arr = data.get(spec.name)
-        if arr is not None and arr.dtype.kind == "f" and not spec.allow_nan and arr.size and not _all_finite(arr):
+        if arr is not None and arr.dtype.kind == "f" and not spec.allow_nan and arr.size and not all_finite_array(arr):
             return False
     return True
 
@@ -183,7 +184,7 @@ def fast_checked(
                 return None
         elif arr.shape != spec.shape:
             return None
-        if check_finite and arr.dtype.kind == "f" and not spec.allow_nan and arr.size and not _all_finite(arr):
+        if check_finite and arr.dtype.kind == "f" and not spec.allow_nan and arr.size and not all_finite_array(arr):
             return None
         out[spec.name] = arr
     return out
@@ -225,7 +226,7 @@ def _check_one(
         raise SpecError(f"{where}: expected shape {shown}, got {arr.shape}")
     if arr.dtype != spec.np_dtype:
         arr = arr.astype(spec.np_dtype)
-    if check_finite and want_kind == "f" and not spec.allow_nan and arr.size and not _all_finite(arr):
+    if check_finite and want_kind == "f" and not spec.allow_nan and arr.size and not all_finite_array(arr):
         raise SpecError(f"{where}: contains NaN or inf, which this field does not allow (allow_nan=False)")
     return arr
 

@@ -16,7 +16,7 @@ import numpy as np
 from parl.algorithms.functional import n_step_return
 from parl.data.prioritized_replay import PrioritizedReplayBuffer
 from parl.data.replay_buffer import ReplayBuffer
-from parl.data.specs import FieldSpec, SpecError, check_fields, fast_checked, zeros_for
+from parl.data.specs import FieldSpec, SpecError, all_finite_array, check_fields, fast_checked, zeros_for
 from parl.framework.communicator import Communicator, ThreadReturnQueue, slice_prediction
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
@@ -157,6 +157,13 @@ class AgentHelper:
         # store_step of a float reward to the one scalar reward field only checks the reward.
         self._final_fast = self._consumes_nothing and type(self).store_data is AgentHelper.store_data
         self._store_step_fast = self._final_fast and self._scalar_reward is not None
+        # ... and with one input field, store_final's check of the one array in a few comparisons:
+        # (key, shape, dtype, whether it must be finite).
+        self._final_row: tuple[str, tuple[int, ...], np.dtype, bool] | None = None
+        if self._final_fast and self._single_input is not None:
+            spec = self.input_specs[0]
+            finite = spec.np_dtype.kind == "f" and not spec.allow_nan
+            self._final_row = (spec.name, spec.shape, spec.np_dtype, finite)
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
 
@@ -497,8 +504,22 @@ class AgentHelper:
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         """Record the final observation of an episode: terminated (True) or truncated (False)."""
-        if self._final_fast and type(inputs) is dict and fast_checked(inputs, self.input_specs, None, False, True):
-            # Once per episode: all store_data does with a final observation when nothing keeps it.
+        row = self._final_row
+        if row is not None and type(inputs) is dict and len(inputs) == 1:
+            # Once per episode: all store_data does with a final observation when nothing keeps it,
+            # for the one input field (an array of its shape, dtype and, for floats, finite).
+            arr = inputs.get(row[0])
+            if (
+                type(arr) is np.ndarray
+                and arr.shape == row[1]
+                and (arr.dtype is row[2] or arr.dtype == row[2])
+                and (not row[3] or not arr.size or all_finite_array(arr))
+            ):
+                self._pre_states = None
+                self._step_open = False
+                return
+        elif self._final_fast and type(inputs) is dict and fast_checked(inputs, self.input_specs, None, False, True):
+            # The same with several input fields.
             self._pre_states = None
             self._step_open = False
             return

@@ -24,6 +24,11 @@ _CHECKPOINT_VERSION = 1
 _STEPS_SPEC = FieldSpec("bootstrap_steps", (), "int64")
 
 
+# The dygraph grad mode of this thread (what paddle.no_grad() reads and sets).
+_has_grad: Callable[[], bool] = paddle.base.core._has_grad  # type: ignore[attr-defined]
+_set_has_grad: Callable[[bool], None] = paddle.base.core._set_has_grad  # type: ignore[attr-defined]
+
+
 def _to_numpy(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return {k: (v.numpy() if isinstance(v, paddle.Tensor) else np.asarray(v)) for k, v in data.items()}
 
@@ -57,6 +62,7 @@ class ComputationTask:
             raise ValueError(f"a ComputationTask needs a non-empty string name, got {name!r}")
         self.name = name
         self._staging = TensorStaging()
+        self._field_slot: str | None = None  # predict_field's staging slot
         if isinstance(algorithm, Algorithm):
             self.algorithm = algorithm
         elif callable(algorithm):
@@ -146,6 +152,38 @@ class ComputationTask:
             staging = self._staging
             out = self.algorithm.predict(staging.tensors("p.in", inputs), staging.tensors("p.st", states), explore)
         return Prediction(actions=_to_numpy(out.actions), states=_to_numpy(out.states), extras=_to_numpy(out.extras))
+
+    def predict_field(self, batch: np.ndarray, explore: bool = True) -> Prediction:
+        """:meth:`predict` of a task with one input field and no recurrent states, given that field's
+        batch, which the caller has checked against the spec (shape, dtype, finite).
+
+        The batched call of the agents' one-sample requests (``ComputationWrapper.predict_rows``),
+        without the dicts and checks of the general call::
+
+            pred = task.predict_field(np.zeros((8, 4), np.float32), explore=False)
+            actions = pred.actions["action"]  # 8 rows
+        """
+        if len(self.input_specs) != 1 or self.state_specs:
+            raise SpecError(
+                f"task {self.name!r}: predict_field needs one input field and no states; the model has inputs "
+                f"{[s.name for s in self.input_specs]} and states {[s.name for s in self.state_specs]}"
+            )
+        model = self.algorithm.model
+        if self._field_slot is None:
+            self._field_slot = f"p.in/{self.input_specs[0].name}"
+        grad = _has_grad()
+        _set_has_grad(False)  # paddle.no_grad() without its object (a call per batch of every round)
+        try:
+            with model.param_lock:
+                inputs = {self.input_specs[0].name: self._staging.tensor(self._field_slot, batch)}
+                out = self.algorithm.predict(inputs, {}, explore)
+        finally:
+            _set_has_grad(grad)
+        return Prediction(
+            actions=_to_numpy(out.actions),
+            states=_to_numpy(out.states) if out.states else {},
+            extras=_to_numpy(out.extras) if out.extras else {},
+        )
 
     # -------------------------------------------------------------- learn
     def check_batch(self, batch: TrainingBatch, agent_id: int | None = None) -> TrainingBatch:

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from parl.data.packing import pack_fields, unpack_fields
-from parl.data.specs import SpecError, all_finite, check_fields
+from parl.data.packing import pack_fields, stack_rows, unpack_fields
+from parl.data.specs import SpecError, all_finite, all_finite_array, check_fields
 from parl.framework.communicator import (
     Communicator,
     Failure,
@@ -187,6 +187,9 @@ class ComputationWrapper:
     def __init__(self, task: ComputationTask, config: WrapperConfig | None = None) -> None:
         self.task = task
         self.config = config if config is not None else WrapperConfig()
+        # predict_rows checks a batch of one-sample requests for NaN/inf when the one input field's spec asks.
+        only = task.input_specs[0] if len(task.input_specs) == 1 else None
+        self._rows_finite = only is not None and only.np_dtype.kind == "f" and not only.allow_nan
         self.prediction_q: queue.SimpleQueue[PredictItem] = queue.SimpleQueue()
         self.training_q: queue.SimpleQueue[TrainItem] = queue.SimpleQueue()
         self.comms: dict[int, Communicator] = {}
@@ -541,16 +544,19 @@ class ComputationWrapper:
             result = wrapper.predict_rows([obs_a, obs_b], explore=True)
             action_b = result.actions["action"][1]
         """
-        task = self.task
+        task, rows = self.task, len(values)
         try:
-            inputs = {task.input_specs[0].name: np.array(values)}
-            if not all_finite(inputs, task.input_specs):
+            batch = stack_rows(values)
+            if self._rows_finite and batch.size and not all_finite_array(batch):
                 return None
-            pred = task.predict(inputs, None, explore=explore, check=False)
-            _check_rows(pred, len(values), task.name)
+            pred = task.predict_field(batch, explore)
+            for group in (pred.actions, pred.states, pred.extras):
+                for v in group.values():
+                    if v.shape[:1] != (rows,):
+                        _check_rows(pred, rows, task.name)  # names the field
         except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
             return Failure(exc, traceback.format_exc(), "predict")
-        self.record_prediction(len(values), len(values))
+        self.record_prediction(rows, rows)
         return pred
 
     def record_prediction(self, requests: int, samples: int) -> None:

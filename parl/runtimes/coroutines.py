@@ -32,6 +32,9 @@ __all__ = ["CoroutineRuntime", "Hub"]
 
 logger = logging.getLogger(__name__)
 
+_ndarray = np.ndarray
+_getcurrent = greenlet.getcurrent
+
 
 class _HubReturnQueue:
     """A return queue whose reader is a greenlet of ``hub``; any thread may put."""
@@ -54,85 +57,36 @@ class _HubReturnQueue:
             self.hub.inbox.put((self, item))
 
     def row_requester(self, comm: Communicator) -> RowRequester:
-        """``comm.predict_row`` as one function with everything it touches bound: the request of
+        """``comm.predict_row`` as one call with everything it touches in one object: the request of
         every agent step, queued in its sink's row lane and answered by this hub (anything but the
         common array goes to ``comm``)."""
-        request = self._row_function(comm, None, "", comm.predict_row)
-        return request if request is not None else comm.predict_row
+        route = _RowRoute.make(self, comm, None, "", comm.predict_row)
+        return route.request if route is not None else comm.predict_row
 
     def row_actor(self, comm: Communicator, helper: ActTarget, action: str, fallback: RowActor) -> RowActor | None:
         """``AgentHelper.act`` for ``helper`` in one call: :meth:`row_requester`'s request, then the row's
         ``action`` field, with the step recorded in ``helper`` as ``act`` records it. What the request
         does not take goes to ``fallback``, the helper's own ``act``."""
-        return self._row_function(comm, helper, action, fallback)
+        route = _RowRoute.make(self, comm, helper, action, fallback)
+        return route.request if route is not None else None
 
-    def _row_function(
-        self, comm: Communicator, helper: ActTarget | None, action: str, fallback: Callable[[Any, bool], Any]
-    ) -> Callable[[Any, bool], Any] | None:
-        """The one-sample request of every agent step, from the agent to its wait in one call (the
-        request and the wait are inlined: a call per step costs more than the rest of the request).
-
-        Returns ``(sent, prediction, row)`` when ``helper`` is None; else the row's ``action`` field,
-        recording the step in ``helper``. Anything but an array of the input's shape and dtype, a
-        stopping hub, and an answer not taken yet (a failure) go to ``fallback``. The hub answers by
-        switching to the waiting agent with ``(value, prediction, row)``, or fails the round's rows when
-        the wrapper is dead or stopping (:meth:`Hub._serve_rows`). None when ``comm``'s requests do not
-        go to this hub's row lanes.
-        """
-        only, sink = comm.single_input, comm.prediction_q
-        if only is None or type(sink) is not _PendingSink:
-            return None
-        self.comm = comm
-        _, shape, dtype = only
-        hub, items, wrapper, getcurrent, ndarray = self.hub, self.items, comm.wrapper, greenlet.getcurrent, np.ndarray
-        explore_values, explore_queues = sink.explore_lane.values, sink.explore_lane.queues
-        greedy_values, greedy_queues = sink.greedy_lane.values, sink.greedy_lane.queues
-
-        def finish(value: Any) -> tuple[np.ndarray, Prediction, int]:
-            """Wait for the answer after a wake-up without one (the loop of get())."""
-            while not items:
-                wrapper.check_alive()
-                if hub.stopping:
-                    raise RunStopped("the hub is stopping")
-                self.waiter = getcurrent()
-                answer = hub.main.switch()
-                if answer:
-                    return answer  # type: ignore[no-any-return]
-            answer = items.popleft()
-            if type(answer) is tuple:  # (prediction, row)
-                return value, answer[0], answer[1]
-            return value, comm.unwrap(answer), 0
-
-        def request(value: Any, explore: bool = True) -> Any:
-            if (
-                type(value) is not ndarray
-                or value.shape != shape
-                or (value.dtype is not dtype and value.dtype != dtype)
-                or hub.stopping
-                or items  # an answer not taken (a failure left by a stop): the general wait raises it
-            ):
-                return fallback(value, explore)
-            if not sink.queued:
-                sink.queued = True
-                hub.pending.append(sink)
-            if explore:
-                explore_values.append(value)
-                explore_queues.append(self)
-            else:
-                greedy_values.append(value)
-                greedy_queues.append(self)
-            self.waiter = getcurrent()
+    def finish(self, value: Any) -> tuple[np.ndarray, Prediction, int]:
+        """A row request's wait after a wake-up without its answer (the loop of :meth:`get`):
+        ``(value, prediction, row)``."""
+        hub, items, comm = self.hub, self.items, self.comm
+        assert comm is not None  # set with the request's route
+        while not items:
+            comm.wrapper.check_alive()
+            if hub.stopping:
+                raise RunStopped("the hub is stopping")
+            self.waiter = greenlet.getcurrent()
             answer = hub.main.switch()
-            if not answer:
-                answer = finish(value)
-            if helper is None:
-                return answer
-            chosen = answer[1].actions[action][answer[2]]
-            helper._act = (value, answer, chosen)
-            helper._step_open = True
-            return chosen
-
-        return request
+            if answer:
+                return answer  # type: ignore[no-any-return]
+        answer = items.popleft()
+        if type(answer) is tuple:  # (prediction, row)
+            return value, answer[0], answer[1]
+        return value, comm.unwrap(answer), 0
 
     def get(self, check: Callable[[], None]) -> Any:
         hub = self.hub
@@ -147,6 +101,83 @@ class _HubReturnQueue:
             if not items:
                 check()
         return items.popleft()
+
+
+class _RowRoute:
+    """One helper's one-sample request on a hub, as one object whose bound ``request`` is called at
+    every agent step: what the call reads sits in its slots (a closure would copy a dozen cells into
+    the call's frame and release them again, each step).
+
+    ``request(value, explore)`` returns ``(sent, prediction, row)`` when ``helper`` is None (the row
+    requester); else the row's ``action`` field, recording the step in ``helper`` (the act of an
+    ``AgentHelper``). Anything but an array of the input's shape and dtype, a stopping hub, and an
+    answer not taken yet (a failure) go to ``fallback``. The hub answers by switching to the waiting
+    agent with ``(value, prediction, row)``, or fails the round's rows when the wrapper is dead or
+    stopping (:meth:`Hub._serve_rows`).
+    """
+
+    __slots__ = (
+        "queue", "hub", "sink", "shape", "dtype", "helper", "action", "fallback", "explore_lane", "greedy_lane"
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        queue: _HubReturnQueue,
+        sink: _PendingSink,
+        only: tuple[str, tuple[int, ...], np.dtype],
+        helper: ActTarget | None,
+        action: str,
+        fallback: Callable[[Any, bool], Any],
+    ) -> None:
+        self.queue, self.hub, self.sink = queue, queue.hub, sink
+        _, self.shape, self.dtype = only
+        self.helper, self.action, self.fallback = helper, action, fallback
+        self.explore_lane, self.greedy_lane = sink.explore_lane, sink.greedy_lane
+
+    @classmethod
+    def make(
+        cls,
+        queue: _HubReturnQueue,
+        comm: Communicator,
+        helper: ActTarget | None,
+        action: str,
+        fallback: Callable[[Any, bool], Any],
+    ) -> _RowRoute | None:
+        """The route of ``comm``'s requests through ``queue``; None when they do not go to the hub's row lanes."""
+        only, sink = comm.single_input, comm.prediction_q
+        if only is None or type(sink) is not _PendingSink:
+            return None
+        queue.comm = comm
+        return cls(queue, sink, only, helper, action, fallback)
+
+    def request(self, value: Any, explore: bool = True) -> Any:
+        q, hub = self.queue, self.hub
+        if (
+            type(value) is not _ndarray
+            or value.shape != self.shape
+            or (value.dtype is not self.dtype and value.dtype != self.dtype)
+            or hub.stopping
+            or q.items  # an answer not taken (a failure left by a stop): the general wait raises it
+        ):
+            return self.fallback(value, explore)
+        sink = self.sink
+        if not sink.queued:
+            sink.queued = True
+            hub.pending.append(sink)
+        lane = self.explore_lane if explore else self.greedy_lane
+        lane.values.append(value)
+        lane.queues.append(q)
+        q.waiter = _getcurrent()
+        answer = hub.main.switch()
+        if not answer:
+            answer = q.finish(value)
+        helper = self.helper
+        if helper is None:
+            return answer
+        chosen = answer[1].actions[self.action][answer[2]]
+        helper._act = (value, answer, chosen)
+        helper._step_open = True
+        return chosen
 
 
 class _RowLane:

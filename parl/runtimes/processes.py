@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from parl.data.packing import pack_fields
+from parl.data.packing import pack_fields, stack_rows
 from parl.data.specs import FieldSpec, SpecError, all_finite, check_fields
 from parl.envs.guarded import guard_env
 from parl.framework.agent import Agent
@@ -275,7 +275,7 @@ class _RemoteWrapper:
     def predict_rows(self, values: Sequence[np.ndarray], explore: bool) -> Prediction | Failure | None:
         """:meth:`ComputationWrapper.predict_rows` through the learner: one round trip for the rows."""
         self.stopping = self.msg.stop_event.is_set()
-        inputs = {self.task.input_specs[0].name: np.array(values)}
+        inputs = {self.task.input_specs[0].name: stack_rows(values)}
         if not all_finite(inputs, self.task.input_specs):
             return None
         return self._exchange(inputs, {}, len(values), explore, len(values))
