@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short windows and fewer N (a smoke run)")
     parser.add_argument("--seconds", type=float, default=2.0, help="the measured window of each run")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of the vector loop, floor and target rows")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of the vector loop, floor and target rows")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray rows even when Ray is installed")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.seconds <= 0:
