@@ -18,8 +18,13 @@ Rows, CartPole-v1 and the throughput benchmark's model, N agents (default 64):
   ``predict_in_workers``), counted the same way: the busiest thread is the worker's hub (callgrind
   follows the fork).
 
-Run: ``python -m benchmarks.instructions`` (needs valgrind: ``apt-get install valgrind``); writes
-benchmarks/results/instructions.json and the instructions section of docs/benchmarks.md.
+With ``--cache`` callgrind also simulates the caches and the branch predictor, and each row gets the
+L1 misses (instruction and data), the misses of a 1 MiB last level (this machine's per-core L2, so
+these are the accesses that go out to L3 or memory) and the mispredicted branches per env step: the
+part of the timed gap that instructions do not show, counted as exactly (about 2.5 times slower).
+
+Run: ``python -m benchmarks.instructions [--cache]`` (needs valgrind: ``apt-get install valgrind``);
+writes benchmarks/results/instructions.json and the instructions section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,24 +48,46 @@ LABELS = {
     "replicas": "agent path, processes P=1, replicas (the worker)",
 }
 STEPS_MARK = "measured env steps:"
+LAST_LEVEL_BYTES = 1 << 20
+"""The simulated last-level cache with ``--cache``: 1 MiB, 16-way, like this machine's per-core L2."""
+CACHE_FLAGS = ["--cache-sim=yes", "--branch-sim=yes", f"--LL={LAST_LEVEL_BYTES},16,64"]
+MISSES = {
+    "l1_misses": ("I1mr", "D1mr", "D1mw"),
+    "l2_misses": ("ILmr", "DLmr", "DLmw"),
+    "mispredicts": ("Bcm", "Bim"),
+}
+"""The per-step figures of ``--cache``, each the sum of these callgrind events."""
 
 
 @dataclass
 class Count:
-    """What one callgrind run counted: instructions of its busiest thread and the env steps they took."""
+    """What one callgrind run counted: instructions of its busiest thread and the env steps they took,
+    and every event of that thread (the cache and branch simulation's misses with ``--cache``)."""
 
     instructions: int
     steps: int
+    events: dict[str, int] = field(default_factory=dict)
+
+
+def busiest_thread_events(paths: list[Path]) -> dict[str, int]:
+    """The events of the thread with the most instructions (``Ir``) among callgrind's per-thread output
+    files, from their ``events:`` and ``totals:`` lines (empty when none has them)."""
+    best: dict[str, int] = {}
+    for path in paths:
+        text = path.read_text(errors="replace")
+        names = re.search(r"^events:\s+(.+)$", text, flags=re.M)
+        totals = re.search(r"^totals:\s+([\d ]+)$", text, flags=re.M)
+        if names is None or totals is None:
+            continue
+        events = dict(zip(names.group(1).split(), (int(v) for v in totals.group(1).split())))
+        if events.get("Ir", 0) > best.get("Ir", -1):
+            best = events
+    return best
 
 
 def busiest_thread_total(paths: list[Path]) -> int:
     """The largest ``totals:`` line among callgrind's per-thread output files (0 when none has one)."""
-    best = 0
-    for path in paths:
-        match = re.search(r"^totals:\s+(\d+)", path.read_text(errors="replace"), flags=re.M)
-        if match:
-            best = max(best, int(match.group(1)))
-    return best
+    return busiest_thread_events(paths).get("Ir", 0)
 
 
 def per_step(short: Count, long: Count) -> float:
@@ -68,6 +95,19 @@ def per_step(short: Count, long: Count) -> float:
     if long.steps <= short.steps:
         raise ValueError(f"the longer run must take more env steps: {short.steps} then {long.steps}")
     return (long.instructions - short.instructions) / (long.steps - short.steps)
+
+
+def misses_per_step(short: Count | None, long: Count) -> dict[str, float]:
+    """The :data:`MISSES` figures per env step: of ``long`` alone (``short`` None: a run counted around
+    its steps only), or by the difference of two runs, as :func:`per_step`."""
+    out: dict[str, float] = {}
+    for name, events in MISSES.items():
+        total = sum(long.events.get(e, 0) for e in events)
+        if short is None:
+            out[name] = total / long.steps
+        else:
+            out[name] = (total - sum(short.events.get(e, 0) for e in events)) / (long.steps - short.steps)
+    return out
 
 
 # ------------------------------------------------------------------------------------- inside valgrind
@@ -121,8 +161,9 @@ def child(row: str, n: int, steps: int) -> None:
 # ------------------------------------------------------------------------------------------ the driver
 
 
-def count(row: str, n: int, steps: int, workdir: Path) -> Count:
-    """One callgrind run of ``row``; raises with valgrind's output when the run fails."""
+def count(row: str, n: int, steps: int, workdir: Path, cache: bool = False) -> Count:
+    """One callgrind run of ``row`` (with the cache and branch simulation when ``cache``); raises with
+    valgrind's output when the run fails."""
     for old in workdir.glob("cg.*"):
         old.unlink()
     command = [
@@ -130,6 +171,7 @@ def count(row: str, n: int, steps: int, workdir: Path) -> Count:
         "--tool=callgrind",
         "--separate-threads=yes",
         "--instr-atstart=no",
+        *(CACHE_FLAGS if cache else []),
         f"--callgrind-out-file={workdir / 'cg.%p'}",
         sys.executable,
         "-m",
@@ -149,32 +191,48 @@ def count(row: str, n: int, steps: int, workdir: Path) -> Count:
         raise RuntimeError(
             f"callgrind run of {row!r} failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}"
         )
-    return Count(busiest_thread_total(sorted(workdir.glob("cg.*"))), int(match.group(1)))
+    events = busiest_thread_events(sorted(workdir.glob("cg.*")))
+    return Count(events.get("Ir", 0), int(match.group(1)), events)
 
 
-def measure(row: str, n: int, steps: int, workdir: Path) -> dict[str, Any]:
-    """Instructions per env step of one row (the agent path by the difference of two runs)."""
+def measure(row: str, n: int, steps: int, workdir: Path, cache: bool = False) -> dict[str, Any]:
+    """Instructions per env step of one row (the agent path by the difference of two runs), and with
+    ``cache`` the :data:`MISSES` figures per env step."""
     if row in ("vector", "floor"):
-        c = count(row, n, steps, workdir)
-        return {"row": LABELS[row], "n": n, "steps": c.steps, "per_step": c.instructions / c.steps}
-    short, long = count(row, n, steps, workdir), count(row, n, 4 * steps, workdir)
-    return {"row": LABELS[row], "n": n, "steps": long.steps - short.steps, "per_step": per_step(short, long)}
+        c = count(row, n, steps, workdir, cache)
+        out = {"row": LABELS[row], "n": n, "steps": c.steps, "per_step": c.instructions / c.steps}
+        return {**out, **misses_per_step(None, c)} if cache else out
+    short, long = count(row, n, steps, workdir, cache), count(row, n, 4 * steps, workdir, cache)
+    out = {"row": LABELS[row], "n": n, "steps": long.steps - short.steps, "per_step": per_step(short, long)}
+    return {**out, **misses_per_step(short, long)} if cache else out
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     ref = next(r["per_step"] for r in rows if r["row"] == LABELS["vector"])
+    cache = all("l2_misses" in r for r in rows)
     lines = [
         "## Instructions per env step (`benchmarks/instructions.py`)",
         "",
         "CPU instructions per env step counted by callgrind (CartPole-v1, the throughput rows' model, seeded):",
         "the same on every run of the same code, whatever the machine's load. It leaves out what the timed",
         "table sees besides: cache misses, branch mispredictions and thread hand-offs.",
-        "",
-        "| row | N | env steps counted | instructions per env step | ratio to vector loop |",
-        "|---|---|---|---|---|",
     ]
+    if cache:
+        lines += [
+            "With `--cache`, callgrind also simulated the caches (the last level as 1 MiB, this machine's",
+            "per-core L2) and the branch predictor: misses and mispredicted branches per env step.",
+        ]
+    head = "| row | N | env steps counted | instructions per env step | ratio to vector loop |"
+    rule = "|---|---|---|---|---|"
+    if cache:
+        head += " L1 misses | L2 misses | mispredicted branches |"
+        rule += "---|---|---|"
+    lines += ["", head, rule]
     for r in rows:
-        lines.append(f"| {r['row']} | {r['n']} | {r['steps']} | {r['per_step']:.0f} | {r['per_step'] / ref:.3f} |")
+        line = f"| {r['row']} | {r['n']} | {r['steps']} | {r['per_step']:.0f} | {r['per_step'] / ref:.3f} |"
+        if cache:
+            line += f" {r['l1_misses']:.0f} | {r['l2_misses']:.0f} | {r['mispredicts']:.0f} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -183,6 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=64, help="agents (envs of the vector loop)")
     parser.add_argument(
         "--steps", type=int, default=12_800, help="env steps per counted run (the agent path's short run)"
+    )
+    parser.add_argument(
+        "--cache", action="store_true", help="also simulate the caches and branch predictor (misses per env step)"
     )
     parser.add_argument("--child", choices=ROWS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -197,11 +258,14 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="parl-callgrind-") as tmp:
         for row in ROWS:
-            rows.append(measure(row, args.n, args.steps, Path(tmp)))
-            print(
-                f"{rows[-1]['row']:40s} N={args.n:<4d} {rows[-1]['per_step']:9.0f} instructions per env step",
-                flush=True,
+            rows.append(measure(row, args.n, args.steps, Path(tmp), args.cache))
+            r = rows[-1]
+            misses = (
+                f", L1 misses {r['l1_misses']:.0f}, L2 misses {r['l2_misses']:.0f}, mispredicted {r['mispredicts']:.0f}"
+                if args.cache
+                else ""
             )
+            print(f"{r['row']:40s} N={args.n:<4d} {r['per_step']:9.0f} instructions per env step{misses}", flush=True)
     md = markdown(rows)
     print(md)
     from benchmarks.common import machine, write_results

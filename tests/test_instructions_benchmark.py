@@ -63,3 +63,36 @@ def test_without_valgrind_it_says_what_to_install(
         instructions.main([])
     assert stop.value.code == 2
     assert "apt-get install valgrind" in capsys.readouterr().err
+
+
+def test_with_the_cache_simulation_every_event_of_the_busiest_thread_is_read(tmp_path: Path) -> None:
+    names = "Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw Bc Bcm Bi Bim"
+    (tmp_path / "cg.1-01").write_text(f"events: {names}\ntotals: 100 1 1 1 1 1 1 1 1 1 1 1 1\n")
+    (tmp_path / "cg.1-02").write_text(f"events: {names}\ntotals: 9000 10 20 30 40 50 6 7 8 90 11 12 13\n")
+    (tmp_path / "cg.1-03").write_text("events: Ir\n")  # no totals line: skipped
+    events = instructions.busiest_thread_events(sorted(tmp_path.glob("cg.*")))
+    assert events["Ir"] == 9000 and events["D1mw"] == 50 and events["Bim"] == 13
+    assert instructions.busiest_thread_total(sorted(tmp_path.glob("cg.*"))) == 9000
+
+
+def test_misses_per_step_sums_each_figures_events_and_cancels_what_two_runs_share() -> None:
+    def run(steps: int, per_step: int, setup: int) -> Count:
+        events = {e: setup + per_step * steps for e in ("I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw", "Bcm", "Bim")}
+        return Count(0, steps, events)
+
+    one = instructions.misses_per_step(None, run(1000, 2, 0))
+    assert one == {"l1_misses": 6.0, "l2_misses": 6.0, "mispredicts": 4.0}
+    two = instructions.misses_per_step(run(1000, 5, 70_000), run(4000, 5, 70_000))
+    assert two == pytest.approx({"l1_misses": 15.0, "l2_misses": 15.0, "mispredicts": 10.0})
+
+
+def test_markdown_adds_the_miss_columns_when_every_row_has_them() -> None:
+    figures = {"l1_misses": 1400.0, "l2_misses": 110.0, "mispredicts": 1600.0}
+    rows = [
+        {"row": instructions.LABELS["vector"], "n": 64, "steps": 12800, "per_step": 80000.0, **figures},
+        {"row": instructions.LABELS["floor"], "n": 64, "steps": 12800, "per_step": 76000.0, **figures},
+    ]
+    md = instructions.markdown(rows)
+    assert "| L1 misses | L2 misses | mispredicted branches |" in md
+    assert "| vector loop (reference) | 64 | 12800 | 80000 | 1.000 | 1400 | 110 | 1600 |" in md
+    assert "L1 misses" not in instructions.markdown([{k: v for k, v in r.items() if k not in figures} for r in rows])
