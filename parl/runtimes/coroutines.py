@@ -71,24 +71,22 @@ class _HubReturnQueue:
         return route.request if route is not None else None
 
     def finish(self, value: Any) -> tuple[np.ndarray, Prediction, int]:
-        """A row request's wait after a wake-up without its answer (the loop of :meth:`get`):
-        ``(value, prediction, row)``."""
-        hub, items, comm = self.hub, self.items, self.comm
+        """A row request's wait after a wake-up without its answer: ``(value, prediction, row)``,
+        handed over in a switch or taken from the queue (``(prediction, row)``, or a general answer)."""
+        comm = self.comm
         assert comm is not None  # set with the request's route
-        while not items:
-            comm.wrapper.check_alive()
-            if hub.stopping:
-                raise RunStopped("the hub is stopping")
-            self.waiter = greenlet.getcurrent()
-            answer = hub.main.switch()
-            if answer:
-                return answer  # type: ignore[no-any-return]
-        answer = items.popleft()
-        if type(answer) is tuple:  # (prediction, row)
-            return value, answer[0], answer[1]
+        check = comm.wrapper.check_alive
+        if not self.items:
+            check()  # woken without an answer: a dead wrapper says so before the next wait
+        answer = self.get(check)
+        if type(answer) is tuple:
+            # Three items: handed over by the hub's round; two: a row left in the queue.
+            return answer if len(answer) == 3 else (value, answer[0], answer[1])  # type: ignore[return-value]
         return value, comm.unwrap(answer), 0
 
     def get(self, check: Callable[[], None]) -> Any:
+        """The next answer, waiting for it: taken from the queue, or handed over in the switch that
+        wakes this agent (the hub's round does that for row requests, :meth:`Hub._serve_rows`)."""
         hub = self.hub
         items = self.items
         # ``check`` runs only after a wake-up without an answer: a request is always answered (served,
@@ -97,7 +95,9 @@ class _HubReturnQueue:
             if hub.stopping:
                 raise RunStopped("the hub is stopping")
             self.waiter = greenlet.getcurrent()
-            hub.main.switch()  # (the hub hands answers over in the switch only to row requests)
+            handed = hub.main.switch()
+            if handed:
+                return handed
             if not items:
                 check()
         return items.popleft()
