@@ -74,6 +74,28 @@ def test_predict_field_predicts_as_predict_does_and_leaves_the_grad_mode_as_it_w
         assert not paddle.is_grad_enabled()  # and restores what the caller had
 
 
+def test_predict_field_switches_gradients_off_for_its_own_thread_only() -> None:
+    # The hub predicts while a training thread records gradients: Paddle's grad mode is per thread.
+    task = parl.ComputationTask("RL", FlagRecordingEcho())
+    batch = np.array([[5.0, 1.0]], np.float32)
+    stop, seen = threading.Event(), []
+
+    def predict_in_a_loop() -> None:
+        while not stop.is_set():
+            task.predict_field(batch)
+
+    thread = threading.Thread(target=predict_in_a_loop)
+    thread.start()
+    try:
+        for _ in range(2000):
+            seen.append(paddle.is_grad_enabled())
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert all(seen)
+
+
 def test_predict_field_needs_one_input_field_and_no_states() -> None:
     from test_helper_act import _Argmax, _TwoInputs  # a model with two input fields
 
