@@ -322,3 +322,9 @@ def test_zeros_for_builds_a_batch_of_zeros() -> None:
     z = zeros_for([FieldSpec("h", (3,), "float32"), FieldSpec("n", (), "int64")], 4)
     assert z["h"].shape == (4, 3) and z["h"].dtype == np.float32
     assert z["n"].shape == (4,) and z["n"].dtype == np.int64
+
+
+def test_finite_only_is_a_float_field_that_does_not_allow_nan() -> None:
+    assert FieldSpec("obs", (2,), "float32").finite_only
+    assert not FieldSpec("obs", (2,), "float32", allow_nan=True).finite_only
+    assert not FieldSpec("action", (), "int64").finite_only

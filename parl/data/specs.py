@@ -63,6 +63,11 @@ class FieldSpec:
         """The numpy dtype object of this field."""
         return self._np_dtype
 
+    @property
+    def finite_only(self) -> bool:
+        """Whether values of this field must be finite: a float field that does not allow NaN/inf."""
+        return self._np_dtype.kind == "f" and not self.allow_nan
+
 
 def _where(task: str, group: str, name: str, agent_id: int | None) -> str:
     who = f"agent {agent_id}, " if agent_id is not None else ""

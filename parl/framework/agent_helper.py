@@ -162,8 +162,7 @@ class AgentHelper:
         self._final_row: tuple[str, tuple[int, ...], np.dtype, bool] | None = None
         if self._final_fast and self._single_input is not None:
             spec = self.input_specs[0]
-            finite = spec.np_dtype.kind == "f" and not spec.allow_nan
-            self._final_row = (spec.name, spec.shape, spec.np_dtype, finite)
+            self._final_row = (spec.name, spec.shape, spec.np_dtype, spec.finite_only)
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
 

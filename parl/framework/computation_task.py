@@ -62,7 +62,6 @@ class ComputationTask:
             raise ValueError(f"a ComputationTask needs a non-empty string name, got {name!r}")
         self.name = name
         self._staging = TensorStaging()
-        self._field_slot: str | None = None  # predict_field's staging slot
         if isinstance(algorithm, Algorithm):
             self.algorithm = algorithm
         elif callable(algorithm):
@@ -84,6 +83,8 @@ class ComputationTask:
         self.reward_specs: list[FieldSpec] = list(model.reward_specs())
         self.extra_learn_specs: list[FieldSpec] = list(self.algorithm.extra_learn_specs())
         self.extra_predict_specs: list[FieldSpec] = list(self.algorithm.extra_predict_specs())
+        # predict_field's staging slot: the one that predict uses for a single input field.
+        self._field_slot = f"p.in/{self.input_specs[0].name}" if len(self.input_specs) == 1 else ""
         self._update_listeners: list[Callable[[], None]] = []
 
     def add_update_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -169,8 +170,6 @@ class ComputationTask:
                 f"{[s.name for s in self.input_specs]} and states {[s.name for s in self.state_specs]}"
             )
         model = self.algorithm.model
-        if self._field_slot is None:
-            self._field_slot = f"p.in/{self.input_specs[0].name}"
         grad = _has_grad()
         _set_has_grad(False)  # paddle.no_grad() without its object (a call per batch of every round)
         try:

@@ -188,8 +188,7 @@ class ComputationWrapper:
         self.task = task
         self.config = config if config is not None else WrapperConfig()
         # predict_rows checks a batch of one-sample requests for NaN/inf when the one input field's spec asks.
-        only = task.input_specs[0] if len(task.input_specs) == 1 else None
-        self._rows_finite = only is not None and only.np_dtype.kind == "f" and not only.allow_nan
+        self._rows_finite = len(task.input_specs) == 1 and task.input_specs[0].finite_only
         self.prediction_q: queue.SimpleQueue[PredictItem] = queue.SimpleQueue()
         self.training_q: queue.SimpleQueue[TrainItem] = queue.SimpleQueue()
         self.comms: dict[int, Communicator] = {}
@@ -550,10 +549,7 @@ class ComputationWrapper:
             if self._rows_finite and batch.size and not all_finite_array(batch):
                 return None
             pred = task.predict_field(batch, explore)
-            for group in (pred.actions, pred.states, pred.extras):
-                for v in group.values():
-                    if v.shape[:1] != (rows,):
-                        _check_rows(pred, rows, task.name)  # names the field
+            _check_rows(pred, rows, task.name)
         except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
             return Failure(exc, traceback.format_exc(), "predict")
         self.record_prediction(rows, rows)
@@ -625,9 +621,10 @@ def _check_rows(pred: Prediction, rows: int, task: str) -> None:
     """A prediction must have one row per sample in every array, or agents would get others' rows."""
     for group in (pred.actions, pred.states, pred.extras):
         for k, v in group.items():
-            if np.shape(v)[:1] != (rows,):
+            shape = v.shape if type(v) is np.ndarray else np.shape(v)  # (the common case without a call)
+            if shape[:1] != (rows,):
                 raise ValueError(
-                    f"task {task!r}: the prediction's field {k!r} has shape {np.shape(v)}, expected {rows} rows "
+                    f"task {task!r}: the prediction's field {k!r} has shape {shape}, expected {rows} rows "
                     "(one per sample of the batch)"
                 )
 
