@@ -243,9 +243,12 @@ def test_a_stopped_and_resumed_run_matches_an_uninterrupted_one(tmp_path) -> Non
     steps = [s for s, _ in metrics["train/env_steps"]]
     assert steps == sorted(steps) and steps[-1] == 2_000 and steps[0] < 1_000
     # the episode counter went on from the first segment's too (how many episodes 2,000 steps make depends
-    # on what the policy learned, which differs between any two runs, so it is not compared with `whole`)
+    # on what the policy learned, which differs between any two runs, so it is not compared with `whole`;
+    # a policy that balances well may end no episode at all in the second segment's 250 steps per agent,
+    # so the counter may stay level, but a counter started afresh would fall below the first segment's)
     episodes = [v for _, v in metrics["train/episodes"]]
-    assert episodes == sorted(episodes) and episodes[-1] == b.episodes > first.counters.episodes
+    assert first.counters.episodes > 0
+    assert episodes == sorted(episodes) and episodes[-1] == b.episodes >= first.counters.episodes
     assert first.counters.episodes in episodes  # the first segment's last row; the second starts from it
     assert b.learn_samples["RL"] > first.counters.learn_samples["RL"]
     assert (tmp_path / "split" / "metrics.csv").read_text().count("step,wall_time,tag,value") == 1
