@@ -260,3 +260,39 @@ def test_the_hub_s_own_act_hands_other_inputs_to_the_general_checks() -> None:
         manager.run()
     assert info.value.agent_id == 1 and isinstance(info.value.original, ValueError)
     assert "shape" in str(info.value.original)
+
+
+class _TaggingHelper(parl.AgentHelper):
+    """A subclass with attributes of its own, as users write them."""
+
+    def __init__(self, name: str, comm: parl.Communicator) -> None:
+        super().__init__(name, comm)
+        self.tag = "mine"
+        self.seen: list[float] = []
+
+    def on_transition(self, transition) -> None:  # type: ignore[no-untyped-def]
+        self.seen.append(float(transition.rewards["reward"][0]))
+
+
+@pytest.mark.timeout(30)
+def test_a_helper_keeps_its_state_on_the_instance_and_takes_attributes_of_its_own(
+    wrapper: parl.ComputationWrapper,
+) -> None:
+    import weakref
+
+    helper = _TaggingHelper("RL", wrapper.create_communicator(0))
+    plain = parl.AgentHelper("RL", wrapper.create_communicator(1))
+    wrapper.start()
+    for h in (helper, plain):
+        h.extra_note = "set by the user"  # any attribute, on the base class too
+        assert weakref.ref(h)() is h
+    assert helper.tag == "mine" and vars(helper)["tag"] == "mine" and plain.extra_note == "set by the user"
+    obs = np.arange(2, dtype=np.float32)  # the echo task's input: shape (2,)
+    for step in range(3):
+        helper.act(obs + step)
+        helper.store_step(float(step))
+    helper.store_final({"obs": obs}, terminated=True)
+    assert helper.seen == [0.0, 1.0, 2.0]  # the steps' records went through the slotted state
+    helper.start_episode()
+    with pytest.raises(ValueError, match="store_step records the step of the latest predict"):
+        helper.store_step(1.0)  # a new episode has no open step

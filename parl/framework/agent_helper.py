@@ -95,6 +95,16 @@ class AgentHelper:
         self.helpers["RL"].store_final({"obs": next_obs}, terminated=True)
     """
 
+    # What every agent step or episode reads and writes sits in the instance itself. A helper has more
+    # attributes than CPython 3.11 shares a class's dict keys for (30), so without these slots each
+    # helper kept a dict of its own and every access went through it: with many agents, cache lines
+    # that each step of each agent had to fetch again. Everything else (and a subclass's own
+    # attributes) stays in the instance dict.
+    __slots__ = (
+        "__dict__", "__weakref__", "_step_open", "_act", "_store_step_fast", "_scalar_reward", "_final_row",
+        "_pre_states", "_prev", "states",
+    )  # fmt: skip
+
     def __init__(self, name: str, comm: Communicator) -> None:
         self.name = name
         self.comm = comm
