@@ -135,6 +135,25 @@ def test_a_hub_serves_the_explore_and_greedy_rows_of_a_round_in_separate_calls(r
     assert any(len(tags) > 1 for _, tags in algo.calls)  # and rows were batched
 
 
+def test_a_hub_resumes_a_round_s_agents_last_request_first_so_rounds_alternate() -> None:
+    # Each agent queues its next request when it has run: serving the lane last request first makes
+    # every round the reverse of the one before, and the agents that ran last (still in the caches)
+    # run first.
+    algo = FlagRecordingEcho()
+    manager = parl.Manager(
+        [echo_task_config(algo)],
+        ActAgent,
+        counter_envs(length=50),
+        parl.ManagerConfig(num_agents=6, runtime="coroutines", max_episodes=6, max_seconds=60),
+    )
+    manager.run()
+    # The first episode of every agent: 50 rounds of all six (the run's end may cut later rounds short).
+    rounds = [tags for _, tags in algo.calls][:50]
+    assert len(rounds) == 50 and all(sorted(tags) == list(range(6)) for tags in rounds)
+    for before, after in zip(rounds, rounds[1:]):
+        assert after == before[::-1]
+
+
 class NaNAgent(ActAgent):
     """Agent 3 sends NaN on the second step of every episode; every agent checks each action it gets."""
 
