@@ -23,7 +23,7 @@ L1 misses (instruction and data), the misses of a 1 MiB last level (this machine
 these are the accesses that go out to L3 or memory) and the mispredicted branches per env step: the
 part of the timed gap that instructions do not show, counted as exactly (about 2.5 times slower).
 
-Run: ``python -m benchmarks.instructions [--cache]`` (needs valgrind: ``apt-get install valgrind``);
+Run: ``python -m benchmarks.instructions [--cache] [--n 64 256]`` (needs valgrind: ``apt-get install valgrind``);
 writes benchmarks/results/instructions.json and the instructions section of docs/benchmarks.md.
 """
 
@@ -208,7 +208,8 @@ def measure(row: str, n: int, steps: int, workdir: Path, cache: bool = False) ->
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    ref = next(r["per_step"] for r in rows if r["row"] == LABELS["vector"])
+    """The table of ``rows``, each with its ratio to the vector loop's row of the same N."""
+    refs = {r["n"]: r["per_step"] for r in rows if r["row"] == LABELS["vector"]}
     cache = all("l2_misses" in r for r in rows)
     lines = [
         "## Instructions per env step (`benchmarks/instructions.py`)",
@@ -229,7 +230,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         rule += "---|---|---|"
     lines += ["", head, rule]
     for r in rows:
-        line = f"| {r['row']} | {r['n']} | {r['steps']} | {r['per_step']:.0f} | {r['per_step'] / ref:.3f} |"
+        line = f"| {r['row']} | {r['n']} | {r['steps']} | {r['per_step']:.0f} | {r['per_step'] / refs[r['n']]:.3f} |"
         if cache:
             line += f" {r['l1_misses']:.0f} | {r['l2_misses']:.0f} | {r['mispredicts']:.0f} |"
         lines.append(line)
@@ -238,7 +239,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=64, help="agents (envs of the vector loop)")
+    parser.add_argument(
+        "--n", type=int, nargs="+", default=[64], help="agents (envs of the vector loop); several: a row set each"
+    )
     parser.add_argument(
         "--steps", type=int, default=12_800, help="env steps per counted run (the agent path's short run)"
     )
@@ -247,25 +250,27 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--child", choices=ROWS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.n < 1 or args.steps < args.n:
+    if min(args.n) < 1 or args.steps < max(args.n):
         parser.error(f"--n must be at least 1 and --steps at least --n, got {args.n} and {args.steps}")
     if args.child is not None:
-        child(args.child, args.n, args.steps)
+        if len(args.n) != 1:
+            parser.error(f"a child run counts one N, got {args.n}")
+        child(args.child, args.n[0], args.steps)
         return
     missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
     if missing:
         parser.exit(2, f"this benchmark needs valgrind ({', '.join(missing)} not found): apt-get install valgrind\n")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="parl-callgrind-") as tmp:
-        for row in ROWS:
-            rows.append(measure(row, args.n, args.steps, Path(tmp), args.cache))
+        for n, row in ((n, row) for n in args.n for row in ROWS):
+            rows.append(measure(row, n, args.steps, Path(tmp), args.cache))
             r = rows[-1]
             misses = (
                 f", L1 misses {r['l1_misses']:.0f}, L2 misses {r['l2_misses']:.0f}, mispredicted {r['mispredicts']:.0f}"
                 if args.cache
                 else ""
             )
-            print(f"{r['row']:40s} N={args.n:<4d} {r['per_step']:9.0f} instructions per env step{misses}", flush=True)
+            print(f"{r['row']:40s} N={n:<4d} {r['per_step']:9.0f} instructions per env step{misses}", flush=True)
     md = markdown(rows)
     print(md)
     from benchmarks.common import machine, write_results

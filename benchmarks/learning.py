@@ -706,6 +706,11 @@ def algorithm_results(results: dict[str, Any], problems: list[str]) -> str | Non
     )
 
 
+def _literal(text: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement that inserts ``text`` as it is (no backslash escapes processed)."""
+    return lambda _match: text
+
+
 def write_algorithm_pages(results: dict[str, Any], docs: Path | None = None) -> list[Path]:
     """Replace the benchmark block of each algorithm page's Results section; returns the pages written."""
     from benchmarks.common import DOCS
@@ -721,7 +726,7 @@ def write_algorithm_pages(results: dict[str, Any], docs: Path | None = None) -> 
         block = f"{begin}\n{block_text}\n{end}"
         text = path.read_text()
         if begin in text and end in text:
-            text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _, b=block: b, text, flags=re.S)
+            text = re.sub(re.escape(begin) + r".*?" + re.escape(end), _literal(block), text, flags=re.S)
         elif "\n## Results\n" in text:
             text = text.replace("\n## Results\n", f"\n## Results\n\n{block}\n", 1)
         else:

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         nonlocal next_sample
         elapsed = time.monotonic() - start
         if elapsed >= next_sample:
-            children = sum(rss_mb(p.pid) for p in mp.active_children())
+            children = sum((rss_mb(p.pid) for p in mp.active_children() if p.pid is not None), 0.0)
             workers.append(children)
             samples.append((elapsed, control.steps, rss_mb() + children))
             print(

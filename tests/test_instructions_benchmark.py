@@ -48,11 +48,29 @@ def test_markdown_gives_each_row_its_ratio_to_the_vector_loop() -> None:
     assert "| agent path, coroutines | 64 | 36000 | 88000 | 1.100 |" in md
 
 
+def test_markdown_takes_each_row_s_ratio_to_the_vector_loop_of_its_own_n() -> None:
+    rows = [
+        {"row": instructions.LABELS["vector"], "n": 64, "steps": 12800, "per_step": 80000.0},
+        {"row": instructions.LABELS["coroutines"], "n": 64, "steps": 36000, "per_step": 88000.0},
+        {"row": instructions.LABELS["vector"], "n": 256, "steps": 12800, "per_step": 79000.0},
+        {"row": instructions.LABELS["coroutines"], "n": 256, "steps": 36000, "per_step": 82950.0},
+    ]
+    md = instructions.markdown(rows)
+    assert "| agent path, coroutines | 64 | 36000 | 88000 | 1.100 |" in md
+    assert "| agent path, coroutines | 256 | 36000 | 82950 | 1.050 |" in md
+
+
 def test_bad_arguments_are_refused_with_what_was_expected(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stop:
         instructions.main(["--n", "64", "--steps", "10"])
     assert stop.value.code == 2
     assert "--steps at least --n" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        instructions.main(["--n", "64", "512", "--steps", "500"])  # the largest N counts
+    assert "--steps at least --n, got [64, 512] and 500" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        instructions.main(["--child", "floor", "--n", "64", "256"])
+    assert "a child run counts one N, got [64, 256]" in capsys.readouterr().err
 
 
 def test_without_valgrind_it_says_what_to_install(
