@@ -287,6 +287,8 @@ def test_a_helper_keeps_its_state_on_the_instance_and_takes_attributes_of_its_ow
         h.extra_note = "set by the user"  # any attribute, on the base class too
         assert weakref.ref(h)() is h
     assert helper.tag == "mine" and vars(helper)["tag"] == "mine" and plain.extra_note == "set by the user"
+    # The per-step state is in the instance, not its dict: under CPython 3.11's 30 shared dict keys.
+    assert not {"_step_open", "_act", "states", "_prev"} & set(vars(plain))
     obs = np.arange(2, dtype=np.float32)  # the echo task's input: shape (2,)
     for step in range(3):
         helper.act(obs + step)
@@ -296,3 +298,14 @@ def test_a_helper_keeps_its_state_on_the_instance_and_takes_attributes_of_its_ow
     helper.start_episode()
     with pytest.raises(ValueError, match="store_step records the step of the latest predict"):
         helper.store_step(1.0)  # a new episode has no open step
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("helper_cls", [parl.AgentHelper, parl.OnPolicyHelper, parl.ExpReplayHelper])
+def test_a_helper_s_instance_dict_stays_within_the_keys_cpython_shares(
+    wrapper: parl.ComputationWrapper, helper_cls: type[parl.AgentHelper]
+) -> None:
+    # CPython 3.11 shares a class's dict keys among its instances for at most 30 attributes; past that,
+    # every helper keeps a dict of its own and each attribute access goes through it, at every step.
+    helper = helper_cls("RL", wrapper.create_communicator(0))
+    assert len(vars(helper)) <= 30, sorted(vars(helper))

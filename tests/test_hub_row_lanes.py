@@ -135,23 +135,27 @@ def test_a_hub_serves_the_explore_and_greedy_rows_of_a_round_in_separate_calls(r
     assert any(len(tags) > 1 for _, tags in algo.calls)  # and rows were batched
 
 
-def test_a_hub_resumes_a_round_s_agents_last_request_first_so_rounds_alternate() -> None:
-    # Each agent queues its next request when it has run: serving the lane last request first makes
-    # every round the reverse of the one before, and the agents that ran last (still in the caches)
-    # run first.
+@pytest.mark.parametrize("max_batch_size", [64, 4])  # a round in one call, and in two (4 rows, then 2)
+def test_a_hub_resumes_a_round_s_agents_last_request_first_so_rounds_alternate(max_batch_size: int) -> None:
+    # Each agent queues its next request when it has run: serving the lane last request first (over all
+    # of a round's calls) makes every round the reverse of the one before, and the agents that ran last
+    # (still in the caches) run first.
     algo = FlagRecordingEcho()
     manager = parl.Manager(
-        [echo_task_config(algo)],
+        [echo_task_config(algo, wrapper=parl.WrapperConfig(max_batch_size=max_batch_size))],
         ActAgent,
         counter_envs(length=50),
         parl.ManagerConfig(num_agents=6, runtime="coroutines", max_episodes=6, max_seconds=60),
     )
     manager.run()
+    # A call records its rows in request order; its agents run last row first.
+    served = [tag for _, tags in algo.calls for tag in reversed(tags)]
     # The first episode of every agent: 50 rounds of all six (the run's end may cut later rounds short).
-    rounds = [tags for _, tags in algo.calls][:50]
-    assert len(rounds) == 50 and all(sorted(tags) == list(range(6)) for tags in rounds)
+    rounds = [served[i : i + 6] for i in range(0, 6 * 50, 6)]
+    assert all(sorted(order) == list(range(6)) for order in rounds)
     for before, after in zip(rounds, rounds[1:]):
         assert after == before[::-1]
+    assert max(len(tags) for _, tags in algo.calls) <= max_batch_size
 
 
 class NaNAgent(ActAgent):
@@ -194,3 +198,47 @@ def test_a_nan_row_fails_only_its_agent_and_the_others_get_their_own_rows(
     assert sum(len(r) for a, r in manager.control.returns.items() if a != 3) > 0  # the others played on
     if runtime == "coroutines":
         assert served and max(served) > 1  # act's rows went through the lanes, batched
+
+
+class _ErrorRecordingAgent(ActAgent):
+    """Records what each of its act calls raised (the wait's answer, when it is an error)."""
+
+    raised: dict[int, type[BaseException]] = {}
+
+    def run_one_episode(self) -> float:
+        act = self.helpers["RL"].act
+
+        def recording(value, explore=True):  # type: ignore[no-untyped-def]
+            try:
+                return act(value, explore)
+            except BaseException as exc:
+                _ErrorRecordingAgent.raised[self.agent_id] = type(exc)
+                raise
+
+        self.helpers["RL"].act = recording  # type: ignore[method-assign]
+        return super().run_one_episode()
+
+
+def test_a_round_whose_call_fails_fails_every_row_not_served_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Six rows in calls of at most four: the last rows' call (two rows) is served first. When it raises,
+    # its rows and the four still waiting all get the wrapper's error at their wait (not a stop later).
+    calls: list[int] = []
+
+    def broken(self, values, explore):  # type: ignore[no-untyped-def]
+        calls.append(len(values))
+        raise MemoryError("predict_rows blew up")
+
+    monkeypatch.setattr(parl.ComputationWrapper, "predict_rows", broken)
+    monkeypatch.setattr(_ErrorRecordingAgent, "raised", {})
+    manager = parl.Manager(
+        [echo_task_config(wrapper=parl.WrapperConfig(max_batch_size=4))],
+        _ErrorRecordingAgent,
+        counter_envs(length=50),
+        parl.ManagerConfig(num_agents=6, runtime="coroutines", max_seconds=30),
+    )
+    with pytest.raises(parl.AgentError) as caught:
+        manager.run()
+    assert isinstance(caught.value.original, parl.WrapperError)
+    assert "predict_rows blew up" in str(caught.value)
+    assert calls == [2]  # one call served (and failed); the other four rows were failed with it
+    assert _ErrorRecordingAgent.raised == {i: parl.WrapperError for i in range(6)}

@@ -757,6 +757,10 @@ class ExpReplayHelper(AgentHelper):
     own rows) becomes the new priority of the rows sent.
     """
 
+    # What a step reads and writes, in the instance (with the base's slots: see AgentHelper), which
+    # also keeps the instance dict within the 30 keys CPython shares among a class's instances.
+    __slots__ = ("config", "buffer", "rng", "_since_learn", "_lock", "_pending")
+
     def __init__(self, name: str, comm: Communicator, config: ExpReplayConfig | None = None) -> None:
         super().__init__(name, comm)
         self.config = c = config if config is not None else ExpReplayConfig()

@@ -259,7 +259,9 @@ class Hub:
         self.runnable.extend(agents)
         try:
             # Every agent runs to its first wait from one interpreter call deeper on the C stack than the
-            # rounds that resume it later (the call goes through C: functools.partial). greenlet keeps an
+            # rounds that resume it later (the call goes through C: functools.partial; from CPython 3.11 a
+            # call from Python to Python stays in the same C frame, so the rounds below do not go deeper
+            # than where this started). greenlet keeps an
             # agent's stack below where it started, so the hub's own frames then never lie in an agent's
             # part of the stack and a switch to an agent saves none of them: one stack copy per agent
             # step instead of two (and one malloc and free less).
@@ -345,10 +347,11 @@ class Hub:
 
         A waiting agent is switched to with its row and runs to its next wait before the next agent
         gets its own, as the floor's scheduler does: no queue or scheduler pass per agent step. The
-        lane's agents are resumed last request first, so the order of rounds alternates.
+        lane's agents are resumed last request first (over all its calls), so rounds alternate order.
         """
         limit = wrapper.config.max_batch_size
-        for lo in range(0, len(values), limit):
+        # Calls of at most ``limit`` rows, the last rows' call first (see the order of agents below).
+        for lo in reversed(range(0, len(values), limit)):
             vs, qs = (values, queues) if len(values) <= limit else (values[lo : lo + limit], queues[lo : lo + limit])
             try:
                 # The row requests do not look at the wrapper's state (once per agent step): its round does.
@@ -367,8 +370,10 @@ class Hub:
                     wrapper.serve_predictions(_row_items(wrapper, qs, vs, explore))
                     continue
             except Exception as exc:  # noqa: BLE001 - serving itself failed (task errors come back as a Failure)
+                # This call's rows and those of the calls not served yet (the earlier rows).
+                rest = lo + len(qs)
                 wrapper.fail(
-                    exc, traceback.format_exc(), _row_items(wrapper, queues[lo:], values[lo:], explore), "predict"
+                    exc, traceback.format_exc(), _row_items(wrapper, queues[:rest], values[:rest], explore), "predict"
                 )
                 break
             if isinstance(result, Failure):
