@@ -127,8 +127,13 @@ def write_results(name: str, data: dict[str, Any], markdown: str) -> None:
     block = f"{begin}\n{markdown.rstrip()}\n{end}"
     header = "# Benchmarks\n\nMeasured figures, written by the scripts in `benchmarks/`.\n"
     text = DOCS.read_text() if DOCS.exists() else header
-    if begin in text and end in text:
-        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    DOCS.write_text(text)
+    replaced = replace_marked(text, begin, end, block)
+    DOCS.write_text(replaced if replaced is not None else text.rstrip() + "\n\n" + block + "\n")
+
+
+def replace_marked(text: str, begin: str, end: str, block: str) -> str | None:
+    """``text`` with what lies from the marker ``begin`` to the marker ``end`` replaced by ``block``
+    (inserted as it is, backslashes included); None when ``text`` lacks either marker."""
+    if begin not in text or end not in text:
+        return None
+    return re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _match: block, text, flags=re.S)

@@ -85,11 +85,6 @@ def busiest_thread_events(paths: list[Path]) -> dict[str, int]:
     return best
 
 
-def busiest_thread_total(paths: list[Path]) -> int:
-    """The largest ``totals:`` line among callgrind's per-thread output files (0 when none has one)."""
-    return busiest_thread_events(paths).get("Ir", 0)
-
-
 def per_step(short: Count, long: Count) -> float:
     """Instructions per env step from two runs that differ only in length: what they share cancels."""
     if long.steps <= short.steps:

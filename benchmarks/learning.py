@@ -35,7 +35,6 @@ import importlib
 import inspect
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -706,14 +705,9 @@ def algorithm_results(results: dict[str, Any], problems: list[str]) -> str | Non
     )
 
 
-def _literal(text: str) -> Callable[[re.Match[str]], str]:
-    """A ``re.sub`` replacement that inserts ``text`` as it is (no backslash escapes processed)."""
-    return lambda _match: text
-
-
 def write_algorithm_pages(results: dict[str, Any], docs: Path | None = None) -> list[Path]:
     """Replace the benchmark block of each algorithm page's Results section; returns the pages written."""
-    from benchmarks.common import DOCS
+    from benchmarks.common import DOCS, replace_marked
 
     folder = docs if docs is not None else DOCS.parent / "algorithms"
     begin, end = "<!-- learning-results:begin -->", "<!-- learning-results:end -->"
@@ -725,8 +719,9 @@ def write_algorithm_pages(results: dict[str, Any], docs: Path | None = None) -> 
             continue
         block = f"{begin}\n{block_text}\n{end}"
         text = path.read_text()
-        if begin in text and end in text:
-            text = re.sub(re.escape(begin) + r".*?" + re.escape(end), _literal(block), text, flags=re.S)
+        replaced = replace_marked(text, begin, end, block)
+        if replaced is not None:
+            text = replaced
         elif "\n## Results\n" in text:
             text = text.replace("\n## Results\n", f"\n## Results\n\n{block}\n", 1)
         else:

@@ -25,8 +25,8 @@ def test_the_busiest_thread_is_the_largest_totals_line(tmp_path: Path) -> None:
     (tmp_path / "cg.1-03").write_text("events: Ir\nsummary: 0\ntotals: 0\n")
     (tmp_path / "cg.1").write_text("")  # the process file, empty with separate threads
     paths = sorted(tmp_path.glob("cg.*"))
-    assert instructions.busiest_thread_total(paths) == 16326254787
-    assert instructions.busiest_thread_total([]) == 0
+    assert instructions.busiest_thread_events(paths)["Ir"] == 16326254787
+    assert instructions.busiest_thread_events([]) == {}
 
 
 def test_per_step_cancels_what_both_runs_share() -> None:
@@ -90,7 +90,6 @@ def test_with_the_cache_simulation_every_event_of_the_busiest_thread_is_read(tmp
     (tmp_path / "cg.1-03").write_text("events: Ir\n")  # no totals line: skipped
     events = instructions.busiest_thread_events(sorted(tmp_path.glob("cg.*")))
     assert events["Ir"] == 9000 and events["D1mw"] == 50 and events["Bim"] == 13
-    assert instructions.busiest_thread_total(sorted(tmp_path.glob("cg.*"))) == 9000
 
 
 def test_misses_per_step_sums_each_figures_events_and_cancels_what_two_runs_share() -> None:
