@@ -2,7 +2,8 @@
 
 Rows per env and N agents: the bare env with random actions (ceiling), a gymnasium SyncVectorEnv
 with one batched forward per step (reference), the floor of any blocking-style design (greenlet
-agents and a minimal scheduler, no framework), and the full Agent -> AgentHelper -> Communicator ->
+agents and a minimal scheduler, no framework), the same vector loop split over two processes of N/2
+envs each (the ceiling of worker processes without a framework), and the full Agent -> AgentHelper -> Communicator ->
 ComputationWrapper -> ComputationTask path on each runtime. Also the training path: task.learn
 directly and through the wrapper against a bare Paddle step of the same network and batch.
 
@@ -18,6 +19,7 @@ import multiprocessing as mp
 import os
 import resource
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,6 +46,7 @@ from parl.utils.tensors import TensorStaging
 
 VECTOR = "vector loop (reference)"
 FLOOR = "blocking-style floor (no framework)"
+SPLIT = "vector loop in P=2 processes (N/2 envs each)"
 ENVS: dict[str, tuple[Callable[[], gym.Env], int]] = {
     "CartPole-v1": (lambda: gym.make("CartPole-v1"), 4),
     "WideObs-512": (lambda: WideObsEnv(512), 512),
@@ -159,6 +162,55 @@ def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, second
     """
     with floor_rounds(make_env, obs_dim, n) as one_round:
         return _timed(seconds, one_round)
+
+
+def _split_child(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float, start: Any, out: Any) -> None:
+    """One process of :func:`split_vector_loop`: its own vector loop of ``n`` envs, timed once all have warmed up."""
+    try:
+        with vector_rounds(make_env, obs_dim, n) as one_round:
+            with paddle.no_grad():
+                for _ in range(max(1, 2_000 // n)):  # warm-up
+                    one_round()
+            start.wait(timeout=120)
+            out.put(_timed(seconds, one_round))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        start.abort()  # the others (and the parent) stop waiting for this process
+        out.put(repr(exc))
+
+
+def split_vector_loop(
+    make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float, processes: int = 2
+) -> tuple[float, float]:
+    """Env steps/s and CPU µs per step of ``n`` envs split over ``processes`` processes, each running its own
+    vector loop (with its own copy of the model) over the same window.
+
+    What worker processes could reach with no framework at all: the ceiling of the agent path's rows
+    with P worker processes, including what a batch of N/P rows costs against one of N.
+    """
+    if not 1 <= processes <= n:
+        raise ValueError(f"split_vector_loop needs 1 <= processes <= n, got {processes} processes for n={n}")
+    ctx = mp.get_context("fork")
+    start, out = ctx.Barrier(processes + 1), ctx.Queue()
+    sizes = [n // processes + (1 if i < n % processes else 0) for i in range(processes)]
+    procs = [ctx.Process(target=_split_child, args=(make_env, obs_dim, k, seconds, start, out)) for k in sizes]
+    for p in procs:
+        p.start()
+    try:
+        with contextlib.suppress(threading.BrokenBarrierError):  # a process failed: its report says why
+            start.wait(timeout=120)
+        results = [out.get(timeout=seconds + 120) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    failed = sorted((r for r in results if isinstance(r, str)), key=lambda r: "BrokenBarrierError" in r)
+    if failed:  # the first failure, not the broken wait it caused in the others
+        raise RuntimeError(f"a process of the split vector loop failed: {failed[0]}")
+    rates = [r[0] for r in results]
+    cpu = sum(rate * us for rate, us in results) / sum(rates)  # CPU µs per step over all the processes' steps
+    return sum(rates), cpu
 
 
 def _busy_loop(seconds: float, out: Any) -> None:
@@ -285,6 +337,9 @@ def _measure(env_name: str, n: int, row: str, seconds: float, runtime: str = "",
         rate, cpu = vector_loop(make_env, obs_dim, n, seconds)
     elif row == FLOOR:
         rate, cpu = blocking_floor(make_env, obs_dim, n, seconds)
+    elif row == SPLIT:
+        rate, cpu = split_vector_loop(make_env, obs_dim, n, seconds, workers)
+        return {"steps_per_s": rate, "cpu_us_per_step": cpu}
     else:
         run = agent_path(make_env, obs_dim, n, runtime, seconds, workers)
         run["peak_rss_mb"], run["rss_after_mb"] = peak_rss_mb(), rss_mb()  # right after this row's run
@@ -322,15 +377,16 @@ def _label(runtime: str, workers: int) -> str:
 
 
 def measure_n(env_name: str, n: int, seconds: float, repeats: int, runtimes: list[tuple[str, int]]) -> list[dict]:
-    """Every row at one N, in ``repeats`` interleaved rounds: the floor and the :data:`REPEATED`
-    runtimes in each round, the other runtimes in the first. The vector loop runs before the first
-    row of a round and after every row, and each run of a row is compared with the mean of the
-    vector-loop runs just before and just after it: a shared machine's speed drifts over seconds to
-    minutes, and the bracket cancels most of that drift from the ratio."""
+    """Every row at one N, in ``repeats`` interleaved rounds: the floor, the vector loop split over two
+    processes (from N=2) and the :data:`REPEATED` runtimes in each round, the other runtimes in the
+    first. The vector loop runs before the first row of a round and after every row, and each run of a
+    row is compared with the mean of the vector-loop runs just before and just after it: a shared
+    machine's speed drifts over seconds to minutes, and the bracket cancels most of that drift from
+    the ratio."""
     runs: dict[str, list[dict[str, Any]]] = {VECTOR: []}
     refs: dict[str, list[float]] = {VECTOR: []}
     for round_ in range(repeats):
-        rows: list[tuple[str, str, int]] = [(FLOOR, "", 1)]
+        rows: list[tuple[str, str, int]] = [(FLOOR, "", 1)] + ([(SPLIT, "", 2)] if n >= 2 else [])
         for runtime, workers in runtimes:
             if runtime == "threads" and n > 64:
                 continue  # 256 threads measure the GIL, not the design
@@ -561,7 +617,9 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "this process's children). Ray runs only during its own rows (its daemons take CPU).",
         "The blocking-style floor runs N greenlet agents (`obs -> predict -> env.step`) under a minimal",
         "scheduler with the vector loop's batched forward and nothing else: no checks, bookkeeping, stop or",
-        "failure handling. The agent path's cost above it is the framework's own.",
+        "failure handling. The agent path's cost above it is the framework's own. The vector loop in P=2",
+        "processes runs N/2 envs and a copy of the model in each of two processes at once, with no framework:",
+        "what worker processes could reach here, batches of N/2 rows included.",
         "",
         "| env | row | N | runs | steps/s | ratio to vector loop | CPU µs per step | of which learner "
         "| mean predict batch | RSS after the row's last run (MiB) |",

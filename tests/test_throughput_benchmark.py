@@ -49,6 +49,22 @@ def test_floor_vector_loop_and_agent_path_agree_on_what_they_measure() -> None:
     assert row["mean_batch"] > 3.5  # the 4 agents' predictions were served together
 
 
+def test_split_vector_loop_steps_every_env_of_both_processes_at_once() -> None:
+    make_env = lambda: WideObsEnv(16)  # noqa: E731
+    rate, cpu_us = throughput.split_vector_loop(make_env, 16, 5, 0.3)  # 3 envs and 2 envs
+    assert math.isfinite(rate) and rate > 0 and math.isfinite(cpu_us) and cpu_us > 0
+    with pytest.raises(ValueError, match="1 <= processes <= n"):
+        throughput.split_vector_loop(make_env, 16, 1, 0.1)  # two processes need two envs
+
+
+def test_split_vector_loop_raises_what_failed_in_a_process() -> None:
+    def broken() -> gym.Env:
+        raise OSError("no display for this env")
+
+    with pytest.raises(RuntimeError, match="no display for this env"):
+        throughput.split_vector_loop(broken, 16, 2, 0.1)
+
+
 def test_markdown_lists_the_floor_with_its_ratio() -> None:
     rows = [
         {"env": "CartPole-v1", "row": "vector loop (reference)", "n": 4, "steps_per_s": 100.0, "ratio": 1.0},
@@ -86,15 +102,16 @@ def test_rounds_pair_each_ratio_with_the_vector_loop_of_its_own_round() -> None:
 def test_measure_n_repeats_the_target_rows_and_runs_the_others_once() -> None:
     rows = throughput.measure_n("WideObs-512", 2, 0.2, 2, [("coroutines", 1), ("threads", 1)])
     by_row = {r["row"]: r for r in rows}
-    # The vector loop opens each round and follows every row: 1 + 3 rows, then 1 + 2.
-    assert by_row["vector loop (reference)"]["runs"] == 7 and by_row["blocking-style floor (no framework)"]["runs"] == 2
+    # The vector loop opens each round and follows every row: 1 + 4 rows, then 1 + 3.
+    assert by_row["vector loop (reference)"]["runs"] == 9 and by_row["blocking-style floor (no framework)"]["runs"] == 2
+    assert by_row[throughput.SPLIT]["runs"] == 2  # the ceiling of the worker rows, in every round
     assert by_row["agent path, coroutines"]["runs"] == 2 and by_row["agent path, threads"]["runs"] == 1
     for r in rows:
         assert r["steps_per_s"] > 0 and r["ratio_lo"] <= r["ratio"] <= r["ratio_hi"]
 
 
 def test_each_run_is_compared_with_the_vector_loop_runs_around_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    vector_rates = iter([100.0, 200.0, 300.0, 100.0, 100.0, 300.0])
+    vector_rates = iter([100.0, 200.0, 200.0, 300.0, 100.0, 100.0, 100.0, 300.0])
     order: list[str] = []
 
     def fake(env_name: str, n: int, row: str, seconds: float, runtime: str = "", workers: int = 1) -> dict:
@@ -104,13 +121,13 @@ def test_each_run_is_compared_with_the_vector_loop_runs_around_it(monkeypatch: p
 
     monkeypatch.setattr(throughput, "_measure", fake)
     rows = throughput.measure_n("CartPole-v1", 64, 0.1, 2, [("coroutines", 1)])
-    v, f, c = throughput.VECTOR, throughput.FLOOR, "agent path, coroutines"
-    assert order == [v, f, v, c, v, v, f, v, c, v]
+    v, f, s, c = throughput.VECTOR, throughput.FLOOR, throughput.SPLIT, "agent path, coroutines"
+    assert order == [v, f, v, s, v, c, v, v, f, v, s, v, c, v]
     by_row = {r["row"]: r for r in rows}
     # floor: 150 against (100+200)/2 and (100+100)/2; coroutines: against (200+300)/2 and (100+300)/2
     assert (by_row[f]["ratio_lo"], by_row[f]["ratio_hi"]) == (1.0, 1.5)
     assert (by_row[c]["ratio_lo"], by_row[c]["ratio_hi"]) == (0.6, 0.75)
-    assert by_row[v]["runs"] == 6 and by_row[v]["ratio"] == 1.0
+    assert by_row[v]["runs"] == 8 and by_row[v]["ratio"] == 1.0
 
 
 def test_main_refuses_rounds_or_windows_that_measure_nothing(capsys: pytest.CaptureFixture[str]) -> None:
