@@ -119,16 +119,13 @@ def child(row: str, n: int, steps: int) -> None:
     import numpy as np
     import paddle
 
-    from benchmarks.throughput import ENVS, agent_manager, floor_rounds, vector_rounds
+    from benchmarks.throughput import ENVS, agent_manager, warm_rounds
 
     paddle.seed(0)  # the same weights, so the same episodes, in every run
     np.random.seed(0)
     make_env, obs_dim = ENVS["CartPole-v1"]
     if row in ("vector", "floor"):
-        rounds = vector_rounds if row == "vector" else floor_rounds
-        with rounds(make_env, obs_dim, n) as one_round, paddle.no_grad():
-            for _ in range(max(1, 2_000 // n)):  # warm-up
-                one_round()
+        with warm_rounds(row, make_env, obs_dim, n) as one_round:
             taken = 0
             _instrument(True)
             while taken < steps:

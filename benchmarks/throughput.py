@@ -108,6 +108,19 @@ def vector_rounds(make_env: Callable[[], gym.Env], obs_dim: int, n: int) -> Iter
         envs.close()
 
 
+@contextlib.contextmanager
+def warm_rounds(row: str, make_env: Callable[[], gym.Env], obs_dim: int, n: int) -> Iterator[Callable[[], int]]:
+    """The rounds of the vector loop (``row="vector"``) or of the floor (``"floor"``) after a warm-up of
+    about 2,000 env steps, with gradients off while the context lasts."""
+    if row not in ("vector", "floor"):
+        raise ValueError(f"row must be 'vector' or 'floor', got {row!r}")
+    rounds = vector_rounds if row == "vector" else floor_rounds
+    with rounds(make_env, obs_dim, n) as one_round, paddle.no_grad():
+        for _ in range(max(1, 2_000 // n)):
+            one_round()
+        yield one_round
+
+
 def vector_loop(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float) -> tuple[float, float]:
     """Env steps per second of a SyncVectorEnv loop with one batched forward per step, and its CPU µs per step."""
     with vector_rounds(make_env, obs_dim, n) as one_round:
@@ -167,10 +180,7 @@ def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, second
 def _split_child(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float, start: Any, out: Any) -> None:
     """One process of :func:`split_vector_loop`: its own vector loop of ``n`` envs, timed once all have warmed up."""
     try:
-        with vector_rounds(make_env, obs_dim, n) as one_round:
-            with paddle.no_grad():
-                for _ in range(max(1, 2_000 // n)):  # warm-up
-                    one_round()
+        with warm_rounds("vector", make_env, obs_dim, n) as one_round:
             start.wait(timeout=120)
             out.put(_timed(seconds, one_round))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
