@@ -21,6 +21,7 @@ writes benchmarks/results/profile.json and the profile section of docs/benchmark
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -28,7 +29,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,11 @@ _REPORT_LINE = re.compile(r"^\s*([\d.]+)%\s*\|\s*(\d+)\s*\|(.*?)\s*\|\s*\[(.)\]\
 @dataclass
 class Window:
     """One sampled window of one row: perf's samples per ``(library, function)``, the env steps taken
-    and the CPU seconds the process used meanwhile."""
+    and the CPU seconds the process used meanwhile.
+
+    The steps and CPU time are counted from perf's start to its exit, a little longer than perf
+    samples (its start-up and its last write): the shares come from the sampled part and the CPU
+    time per step from the whole, which agree for a row in its steady state."""
 
     samples: dict[tuple[str, str], int]
     steps: int
@@ -104,7 +108,9 @@ def by_group(ns: dict[tuple[str, str], float]) -> dict[str, float]:
 
 def start_perf(seconds: float, out: Path) -> subprocess.Popen[bytes]:
     """Start ``perf record`` of this process for ``seconds`` (CPU-clock samples of every thread into ``out``)."""
-    command = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(SAMPLE_HZ), "-p", str(os.getpid())]
+    # -N -B: no build-id cache (perf would copy every sampled library into ~/.debug) and no build-id
+    # pass at the end (which would lengthen the window the row runs without samples).
+    command = ["perf", "record", "-q", "-N", "-B", "-e", "cpu-clock", "-F", str(SAMPLE_HZ), "-p", str(os.getpid())]
     return subprocess.Popen(
         [*command, "-o", str(out), "--", "sleep", str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -122,7 +128,7 @@ def finish_perf(proc: subprocess.Popen[bytes], seconds: float) -> None:
         raise RuntimeError(f"perf record failed (exit {proc.returncode}): {err.decode(errors='replace')[-2000:]}")
 
 
-@contextmanager
+@contextlib.contextmanager
 def perf_record(seconds: float, out: Path) -> Iterator[subprocess.Popen[bytes]]:
     """:func:`start_perf` as a context: yields the running perf, so the caller works until it has ended
     (``poll()`` is not None); waits for it on exit."""
@@ -141,6 +147,7 @@ def read_samples(data: Path) -> dict[tuple[str, str], int]:
         capture_output=True,
         text=True,
         check=False,
+        timeout=600,
     )
     if done.returncode != 0:
         raise RuntimeError(f"perf report failed (exit {done.returncode}): {done.stderr[-2000:]}")
@@ -150,9 +157,9 @@ def read_samples(data: Path) -> dict[tuple[str, str], int]:
 def sample_rounds(one_round: Callable[[], int], seconds: float, workdir: Path) -> Window:
     """Run ``one_round`` (which returns its env steps) while perf samples this process for ``seconds``."""
     data = workdir / "perf.data"
-    steps, cpu0 = 0, time.process_time()
+    steps, cpu0, deadline = 0, time.process_time(), time.monotonic() + seconds + 60
     with perf_record(seconds, data) as proc:
-        while proc.poll() is None:
+        while proc.poll() is None and time.monotonic() < deadline:  # (perf_record's exit kills a late perf)
             for _ in range(20):
                 steps += one_round()
     return Window(read_samples(data), steps, time.process_time() - cpu0)
@@ -189,9 +196,13 @@ def sample_row(row: str, n: int, seconds: float, workdir: Path) -> Window:
 
     try:
         manager.run(stop_when=stop_when)
-    finally:
-        if "proc" in window:
-            finish_perf(window["proc"], seconds)
+    except BaseException:
+        if "proc" in window:  # stop perf, but raise the run's own error rather than perf's
+            with contextlib.suppress(Exception):
+                finish_perf(window["proc"], seconds)
+        raise
+    if "proc" in window:
+        finish_perf(window["proc"], seconds)
     if "steps" not in window:
         raise RuntimeError("the agent path's run ended before its sampled window did")
     return Window(read_samples(data), window["steps"], window["cpu"])
@@ -242,6 +253,7 @@ def markdown(n: int, seconds: float, ns: dict[str, dict[tuple[str, str], float]]
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Sample each row, print the tables and write them (results/profile.json, docs/benchmarks.md)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=64, help="agents (envs of the vector loop)")
     parser.add_argument("--seconds", type=float, default=4.0, help="the sampled window of each row")

@@ -3,8 +3,8 @@
 Rows per env and N agents: the bare env with random actions (ceiling), a gymnasium SyncVectorEnv
 with one batched forward per step (reference), the floor of any blocking-style design (greenlet
 agents and a minimal scheduler, no framework), the same vector loop split over two processes of N/2
-envs each (the ceiling of worker processes without a framework), and the full Agent -> AgentHelper -> Communicator ->
-ComputationWrapper -> ComputationTask path on each runtime. Also the training path: task.learn
+envs each (what worker processes reach without a framework), and the full Agent -> AgentHelper ->
+Communicator -> ComputationWrapper -> ComputationTask path on each runtime. Also the training path: task.learn
 directly and through the wrapper against a bare Paddle step of the same network and batch.
 
 Run: ``python -m benchmarks.throughput [--quick]``; writes benchmarks/results/throughput.json and
@@ -17,11 +17,12 @@ import argparse
 import contextlib
 import multiprocessing as mp
 import os
+import queue
 import resource
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
@@ -177,14 +178,16 @@ def blocking_floor(make_env: Callable[[], gym.Env], obs_dim: int, n: int, second
         return _timed(seconds, one_round)
 
 
-def _split_child(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float, start: Any, out: Any) -> None:
+def _split_child(
+    make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float, start: Barrier, out: mp.Queue[Any]
+) -> None:
     """One process of :func:`split_vector_loop`: its own vector loop of ``n`` envs, timed once all have warmed up."""
     try:
         with warm_rounds("vector", make_env, obs_dim, n) as one_round:
             start.wait(timeout=120)
             out.put(_timed(seconds, one_round))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        start.abort()  # the others (and the parent) stop waiting for this process
+        start.abort()  # the other processes stop waiting for this one
         out.put(repr(exc))
 
 
@@ -194,27 +197,38 @@ def split_vector_loop(
     """Env steps/s and CPU µs per step of ``n`` envs split over ``processes`` processes, each running its own
     vector loop (with its own copy of the model) over the same window.
 
-    What worker processes could reach with no framework at all: the ceiling of the agent path's rows
-    with P worker processes, including what a batch of N/P rows costs against one of N.
+    What worker processes could reach with no framework at all, for comparison with the agent path's
+    rows with P worker processes: it includes what a batch of N/P rows costs against one of N. A
+    process that fails or dies is reported as a RuntimeError at once.
     """
     if not 1 <= processes <= n:
         raise ValueError(f"split_vector_loop needs 1 <= processes <= n, got {processes} processes for n={n}")
     ctx = mp.get_context("fork")
-    start, out = ctx.Barrier(processes + 1), ctx.Queue()
+    start, out = ctx.Barrier(processes), ctx.Queue()
     sizes = [n // processes + (1 if i < n % processes else 0) for i in range(processes)]
     procs = [ctx.Process(target=_split_child, args=(make_env, obs_dim, k, seconds, start, out)) for k in sizes]
     for p in procs:
         p.start()
+    results: list[Any] = []
+    deadline = time.monotonic() + seconds + 240  # warm-up and window, with room for a slow host
     try:
-        with contextlib.suppress(threading.BrokenBarrierError):  # a process failed: its report says why
-            start.wait(timeout=120)
-        results = [out.get(timeout=seconds + 120) for _ in procs]
+        while len(results) < len(procs):
+            try:
+                results.append(out.get(timeout=0.5))
+                continue
+            except queue.Empty:
+                pass
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead:  # died without a report (a crash, the OOM killer)
+                raise RuntimeError(f"a process of the split vector loop died with exit code {dead[0]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the split vector loop reported {len(results)} of {len(procs)} windows in time")
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-                p.join()
+                p.join(timeout=10)
     failed = sorted((r for r in results if isinstance(r, str)), key=lambda r: "BrokenBarrierError" in r)
     if failed:  # the first failure, not the broken wait it caused in the others
         raise RuntimeError(f"a process of the split vector loop failed: {failed[0]}")
@@ -615,11 +629,12 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "worker processes can beat one process by more than that here.",
         "",
         "Same model in every row (obs-64-2 MLP, greedy actions); env steps per second over all agents;",
-        "ratio = agent path / vector loop at the same N, measured in the same run. The floor and the target",
-        "rows (coroutines; processes P=2, with and without replicas) are measured in interleaved rounds (a",
-        "row's 'runs'); the other rows run once, in the first round. The vector loop runs before each",
-        "round's first row and after every row, and each run's ratio is to the mean of the vector-loop runs",
-        "just before and after it (the host's speed drifts over seconds to minutes). A row's figures are",
+        "ratio = agent path / vector loop at the same N, measured in the same run. The floor, the split vector",
+        "loop and the target rows (coroutines; processes P=2, with and without replicas) are measured in",
+        "interleaved rounds (a row's 'runs'); the other rows run once, in the first round. The vector loop",
+        "runs before each round's first row and after every row, and each run's ratio is to the mean of the",
+        "vector-loop runs just before and after it (the host's speed drifts over seconds to minutes). A row's",
+        "figures are",
         "medians over its runs, its ratio the median of its runs' ratios, with the lowest and highest in",
         "brackets. CPU per step: CPU time",
         "of all processes of the row (the learner and its worker processes) over the same window, divided",
@@ -629,7 +644,7 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "scheduler with the vector loop's batched forward and nothing else: no checks, bookkeeping, stop or",
         "failure handling. The agent path's cost above it is the framework's own. The vector loop in P=2",
         "processes runs N/2 envs and a copy of the model in each of two processes at once, with no framework:",
-        "what worker processes could reach here, batches of N/2 rows included.",
+        "what worker processes reach here without one, batches of N/2 rows included (its runs vary like any).",
         "",
         "| env | row | N | runs | steps/s | ratio to vector loop | CPU µs per step | of which learner "
         "| mean predict batch | RSS after the row's last run (MiB) |",

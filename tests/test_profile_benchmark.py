@@ -93,6 +93,29 @@ def test_a_sampled_window_sees_the_rounds_it_ran(tmp_path: Path) -> None:
     assert max(groups, key=lambda g: groups[g]).startswith("CPython")
 
 
+def test_a_failed_perf_run_says_what_perf_said() -> None:
+    import subprocess
+
+    proc = subprocess.Popen(["sh", "-c", "echo 'no access to perf events' >&2; exit 3"], stderr=subprocess.PIPE)
+    with pytest.raises(RuntimeError, match="exit 3.*no access to perf events"):
+        profile.finish_perf(proc, 1.0)
+
+
+def test_sample_row_knows_its_rows(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="row must be one of"):
+        profile.sample_row("threads", 4, 0.1, tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="needs perf")
+def test_the_agent_path_s_window_counts_its_steps_and_samples(tmp_path: Path) -> None:
+    try:
+        window = profile.sample_row("coroutines", 4, 0.5, tmp_path)
+    except RuntimeError as exc:  # perf is there but may not sample here (perf_event_paranoid)
+        pytest.skip(f"perf cannot sample this process: {exc}")
+    assert window.steps > 0 and window.cpu_s > 0 and sum(window.samples.values()) > 0
+    assert sum(window.ns_per_step().values()) == pytest.approx(window.cpu_s * 1e9 / window.steps)
+
+
 def test_main_refuses_windows_that_measure_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         profile.main(["--seconds", "0"])

@@ -49,10 +49,27 @@ def test_floor_vector_loop_and_agent_path_agree_on_what_they_measure() -> None:
     assert row["mean_batch"] > 3.5  # the 4 agents' predictions were served together
 
 
-def test_split_vector_loop_steps_every_env_of_both_processes_at_once() -> None:
+def test_split_vector_loop_adds_the_processes_rates_and_weights_their_cpu_by_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each process reports its own window (here: 100 steps/s per env, and 5 or 10 µs a step by size);
+    # the row is the sum of the rates and the CPU time over all the steps.
+    def fake_timed(seconds: float, one_round):  # type: ignore[no-untyped-def]
+        envs = one_round()  # the vector loop's round steps each of its envs once
+        return 100.0 * envs, 5.0 if envs == 3 else 10.0
+
+    monkeypatch.setattr(throughput, "_timed", fake_timed)  # inherited by the forked processes
+    rate, cpu_us = throughput.split_vector_loop(lambda: WideObsEnv(16), 16, 5, 0.1)  # 3 envs and 2 envs
+    assert rate == 500.0
+    assert cpu_us == pytest.approx((300 * 5.0 + 200 * 10.0) / 500)
+
+
+def test_split_vector_loop_measures_both_processes_at_once() -> None:
     make_env = lambda: WideObsEnv(16)  # noqa: E731
-    rate, cpu_us = throughput.split_vector_loop(make_env, 16, 5, 0.3)  # 3 envs and 2 envs
-    assert math.isfinite(rate) and rate > 0 and math.isfinite(cpu_us) and cpu_us > 0
+    rate, cpu_us = throughput.split_vector_loop(make_env, 16, 4, 0.3)
+    one, _ = throughput.vector_loop(make_env, 16, 2, 0.3)
+    assert math.isfinite(cpu_us) and cpu_us > 0
+    assert rate > 0.5 * one  # two processes of two envs: more than half of one process's rate, at least
     with pytest.raises(ValueError, match="1 <= processes <= n"):
         throughput.split_vector_loop(make_env, 16, 1, 0.1)  # two processes need two envs
 
@@ -63,6 +80,21 @@ def test_split_vector_loop_raises_what_failed_in_a_process() -> None:
 
     with pytest.raises(RuntimeError, match="no display for this env"):
         throughput.split_vector_loop(broken, 16, 2, 0.1)
+
+
+def test_split_vector_loop_reports_a_process_that_died_without_a_word() -> None:
+    import os
+
+    def crash() -> gym.Env:
+        os._exit(7)  # as a segfault or the OOM killer would: no report, no cleanup
+
+    with pytest.raises(RuntimeError, match="died with exit code 7"):
+        throughput.split_vector_loop(crash, 16, 2, 0.1)
+
+
+def test_warm_rounds_knows_only_the_vector_loop_and_the_floor() -> None:
+    with pytest.raises(ValueError, match="'vector' or 'floor'"), throughput.warm_rounds("coroutines", gym.make, 4, 2):
+        pass
 
 
 def test_markdown_lists_the_floor_with_its_ratio() -> None:
@@ -104,7 +136,7 @@ def test_measure_n_repeats_the_target_rows_and_runs_the_others_once() -> None:
     by_row = {r["row"]: r for r in rows}
     # The vector loop opens each round and follows every row: 1 + 4 rows, then 1 + 3.
     assert by_row["vector loop (reference)"]["runs"] == 9 and by_row["blocking-style floor (no framework)"]["runs"] == 2
-    assert by_row[throughput.SPLIT]["runs"] == 2  # the ceiling of the worker rows, in every round
+    assert by_row[throughput.SPLIT]["runs"] == 2  # the worker rows' reference, in every round
     assert by_row["agent path, coroutines"]["runs"] == 2 and by_row["agent path, threads"]["runs"] == 1
     for r in rows:
         assert r["steps_per_s"] > 0 and r["ratio_lo"] <= r["ratio"] <= r["ratio_hi"]
