@@ -135,8 +135,11 @@ def perf_record(seconds: float, out: Path) -> Iterator[subprocess.Popen[bytes]]:
     proc = start_perf(seconds, out)
     try:
         yield proc
-    finally:
-        finish_perf(proc, seconds)
+    except BaseException:
+        with contextlib.suppress(Exception):  # stop perf, but raise the caller's own error rather than perf's
+            finish_perf(proc, seconds)
+        raise
+    finish_perf(proc, seconds)
 
 
 def read_samples(data: Path) -> dict[tuple[str, str], int]:
@@ -180,29 +183,23 @@ def sample_row(row: str, n: int, seconds: float, workdir: Path) -> Window:
     manager = agent_manager(make_env, obs_dim, parl.ManagerConfig(num_agents=n, runtime="coroutines", max_seconds=600))
     data, started = workdir / "perf.data", time.perf_counter()
     window: dict[str, Any] = {}  # perf's process, and the steps and CPU time where its window starts and ends
+    with contextlib.ExitStack() as stack:  # perf_record, entered once the run has warmed up
 
-    def stop_when(control: Any) -> bool:
-        proc = window.get("proc")
-        if proc is None:
-            if time.perf_counter() - started >= 1.0:  # warmed up: sample from here
-                window["steps0"], window["cpu0"] = manager.wrappers["RL"].prediction_stats.samples, time.process_time()
-                window["proc"] = start_perf(seconds, data)
-            return False
-        if proc.poll() is None:
-            return False
-        window["steps"] = manager.wrappers["RL"].prediction_stats.samples - window["steps0"]
-        window["cpu"] = time.process_time() - window["cpu0"]
-        return True
+        def stop_when(control: Any) -> bool:
+            proc = window.get("proc")
+            if proc is None:
+                if time.perf_counter() - started >= 1.0:  # warmed up: sample from here
+                    window["steps0"] = manager.wrappers["RL"].prediction_stats.samples
+                    window["cpu0"] = time.process_time()
+                    window["proc"] = stack.enter_context(perf_record(seconds, data))
+                return False
+            if proc.poll() is None:
+                return False
+            window["steps"] = manager.wrappers["RL"].prediction_stats.samples - window["steps0"]
+            window["cpu"] = time.process_time() - window["cpu0"]
+            return True
 
-    try:
         manager.run(stop_when=stop_when)
-    except BaseException:
-        if "proc" in window:  # stop perf, but raise the run's own error rather than perf's
-            with contextlib.suppress(Exception):
-                finish_perf(window["proc"], seconds)
-        raise
-    if "proc" in window:
-        finish_perf(window["proc"], seconds)
     if "steps" not in window:
         raise RuntimeError("the agent path's run ended before its sampled window did")
     return Window(read_samples(data), window["steps"], window["cpu"])

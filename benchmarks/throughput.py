@@ -4,8 +4,8 @@ Rows per env and N agents: the bare env with random actions (ceiling), a gymnasi
 with one batched forward per step (reference), the floor of any blocking-style design (greenlet
 agents and a minimal scheduler, no framework), the same vector loop split over two processes of N/2
 envs each (what worker processes reach without a framework), and the full Agent -> AgentHelper ->
-Communicator -> ComputationWrapper -> ComputationTask path on each runtime. Also the training path: task.learn
-directly and through the wrapper against a bare Paddle step of the same network and batch.
+Communicator -> ComputationWrapper -> ComputationTask path on each runtime. Also the training path:
+task.learn directly and through the wrapper against a bare Paddle step of the same network and batch.
 
 Run: ``python -m benchmarks.throughput [--quick]``; writes benchmarks/results/throughput.json and
 the throughput section of docs/benchmarks.md.
@@ -203,14 +203,29 @@ def split_vector_loop(
     """
     if not 1 <= processes <= n:
         raise ValueError(f"split_vector_loop needs 1 <= processes <= n, got {processes} processes for n={n}")
-    ctx = mp.get_context("fork")
-    start, out = ctx.Barrier(processes), ctx.Queue()
+    start = mp.get_context("fork").Barrier(processes)
     sizes = [n // processes + (1 if i < n % processes else 0) for i in range(processes)]
-    procs = [ctx.Process(target=_split_child, args=(make_env, obs_dim, k, seconds, start, out)) for k in sizes]
+    jobs = [(_split_child, (make_env, obs_dim, k, seconds, start)) for k in sizes]
+    results = _in_processes(jobs, seconds + 240)  # warm-up and window, with room for a slow host
+    failed = sorted((r for r in results if isinstance(r, str)), key=lambda r: "BrokenBarrierError" in r)
+    if failed:  # the first failure, not the broken wait it caused in the others
+        raise RuntimeError(f"a process of the split vector loop failed: {failed[0]}")
+    rates = [r[0] for r in results]
+    cpu = sum(rate * us for rate, us in results) / sum(rates)  # CPU µs per step over all the processes' steps
+    return sum(rates), cpu
+
+
+def _in_processes(jobs: list[tuple[Callable[..., None], tuple[Any, ...]]], timeout: float) -> list[Any]:
+    """Run each ``target(*args, out)`` of ``jobs`` in a forked process at once and return what each puts
+    on ``out`` (in the order they come). Raises RuntimeError when a process dies without putting
+    anything (a crash, the OOM killer) or ``timeout`` seconds pass; no process outlives the call."""
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, out)) for target, args in jobs]
     for p in procs:
         p.start()
     results: list[Any] = []
-    deadline = time.monotonic() + seconds + 240  # warm-up and window, with room for a slow host
+    deadline = time.monotonic() + timeout
     try:
         while len(results) < len(procs):
             try:
@@ -219,22 +234,17 @@ def split_vector_loop(
             except queue.Empty:
                 pass
             dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-            if dead:  # died without a report (a crash, the OOM killer)
-                raise RuntimeError(f"a process of the split vector loop died with exit code {dead[0]}")
+            if dead:
+                raise RuntimeError(f"a benchmark process died with exit code {dead[0]}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the split vector loop reported {len(results)} of {len(procs)} windows in time")
+                raise RuntimeError(f"{len(results)} of {len(procs)} benchmark processes reported within {timeout:g} s")
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
                 p.join(timeout=10)
-    failed = sorted((r for r in results if isinstance(r, str)), key=lambda r: "BrokenBarrierError" in r)
-    if failed:  # the first failure, not the broken wait it caused in the others
-        raise RuntimeError(f"a process of the split vector loop failed: {failed[0]}")
-    rates = [r[0] for r in results]
-    cpu = sum(rate * us for rate, us in results) / sum(rates)  # CPU µs per step over all the processes' steps
-    return sum(rates), cpu
+    return results
 
 
 def _busy_loop(seconds: float, out: Any) -> None:
@@ -254,19 +264,9 @@ def parallel_capacity(seconds: float) -> float:
     2.0 on two independent cores; less where the two vCPUs share a physical core or are throttled.
     It bounds what any multi-process runtime can gain over one process on this machine.
     """
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
 
     def run(k: int) -> int:
-        out = ctx.Queue()
-        procs = [ctx.Process(target=_busy_loop, args=(seconds, out)) for _ in range(k)]
-        for p in procs:
-            p.start()
-        total = sum(out.get() for _ in procs)
-        for p in procs:
-            p.join()
-        return total
+        return sum(_in_processes([(_busy_loop, (seconds,))] * k, seconds + 60))
 
     alone = max(run(1) for _ in range(2))
     together = max(run(2) for _ in range(2))
@@ -634,12 +634,11 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "interleaved rounds (a row's 'runs'); the other rows run once, in the first round. The vector loop",
         "runs before each round's first row and after every row, and each run's ratio is to the mean of the",
         "vector-loop runs just before and after it (the host's speed drifts over seconds to minutes). A row's",
-        "figures are",
-        "medians over its runs, its ratio the median of its runs' ratios, with the lowest and highest in",
-        "brackets. CPU per step: CPU time",
-        "of all processes of the row (the learner and its worker processes) over the same window, divided",
-        "by the env steps; 'learner' is this process's share. Blank: not measurable (Ray actors are not",
-        "this process's children). Ray runs only during its own rows (its daemons take CPU).",
+        "figures are medians over its runs, its ratio the median of its runs' ratios, with the lowest and",
+        "highest in brackets. CPU per step: CPU time of all processes of the row (the learner and its worker",
+        "processes) over the same window, divided by the env steps; 'learner' is this process's share.",
+        "Blank: not measurable (Ray actors are not this process's children). Ray runs only during its own",
+        "rows (its daemons take CPU).",
         "The blocking-style floor runs N greenlet agents (`obs -> predict -> env.step`) under a minimal",
         "scheduler with the vector loop's batched forward and nothing else: no checks, bookkeeping, stop or",
         "failure handling. The agent path's cost above it is the framework's own. The vector loop in P=2",
