@@ -151,6 +151,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree.update(idx, self.max_priority**self.alpha)
         return idx
 
+    def add_transition(self, obs: np.ndarray, action: Any, reward: float, next_obs: np.ndarray, terminal: bool) -> int:
+        i = super().add_transition(obs, action, reward, next_obs, terminal)
+        self._row_id[i] = self.added - 1
+        self.tree.update(np.array([i]), self.max_priority**self.alpha)
+        return i
+
     def sample_indices(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """``batch_size`` positions drawn in proportion to their priority (stratified)."""
         if len(self) == 0:

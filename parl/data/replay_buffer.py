@@ -65,6 +65,19 @@ class ReplayBuffer:
         self._next = 0
         self._size = 0
         self.added = 0
+        # The arrays add_transition writes (obs, action, reward, next obs), for a task with one field of
+        # each kind and no states or extras; None for any other layout.
+        single = all(len(self._specs[g]) == 1 for g in ("inputs", "actions", "rewards"))
+        self._single: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        if single and not self._specs["states"] and not self._specs["extras"]:
+            self._single = tuple(  # type: ignore[assignment]
+                self._data[g][self._specs[g][0].name] for g in ("inputs", "actions", "rewards", "next_inputs")
+            )
+
+    @property
+    def takes_transitions(self) -> bool:
+        """Whether :meth:`add_transition` applies: one input, one action and one reward field, no states or extras."""
+        return self._single is not None
 
     def __len__(self) -> int:
         return self._size
@@ -102,6 +115,42 @@ class ReplayBuffer:
         self._size = min(self.capacity, self._size + n)
         self.added += n
         return idx
+
+    def add_transition(self, obs: np.ndarray, action: Any, reward: float, next_obs: np.ndarray, terminal: bool) -> int:
+        """Append one transition whose values the caller has checked against the specs; return its position.
+
+        The row :meth:`add` would store for a one-row batch of these values, in a
+        few assignments instead of a batch's checks: the per-step write of an
+        agent's replay helper (values it took from the task's own prediction
+        and from checked observations). Only for a buffer with one input, one
+        action and one reward field and no states or extras
+        (:attr:`takes_transitions`)::
+
+            buf.add_transition(obs, action, 1.0, next_obs, terminal=False)
+        """
+        single = self._single
+        if single is None:
+            raise ValueError(
+                f"{self.name}: add_transition needs one input, one action and one reward field and no states or "
+                f"extras; this buffer has {self._layout()} (use add with a TrainingBatch)"
+            )
+        i = self._next
+        inputs, actions, rewards, next_inputs = single
+        inputs[i] = obs
+        actions[i] = action
+        rewards[i] = reward
+        next_inputs[i] = next_obs
+        self._terminal[i] = terminal
+        if self._has_steps:
+            self._steps[i] = 1  # the row it replaces may have spanned several steps
+        self._next = i + 1 if i + 1 < self.capacity else 0
+        if self._size < self.capacity:
+            self._size += 1
+        self.added += 1
+        return i
+
+    def _layout(self) -> str:
+        return ", ".join(f"{g} {[s.name for s in specs]}" for g, specs in self._specs.items() if g != "next_inputs")
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> TrainingBatch:
         """``batch_size`` rows drawn uniformly with replacement."""

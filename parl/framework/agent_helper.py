@@ -759,7 +759,9 @@ class ExpReplayHelper(AgentHelper):
 
     # What a step reads and writes, in the instance (with the base's slots: see AgentHelper), which
     # also keeps the instance dict within the 30 keys CPython shares among a class's instances.
-    __slots__ = ("config", "buffer", "rng", "_since_learn", "_lock", "_pending")
+    __slots__ = (
+        "config", "buffer", "rng", "_since_learn", "_lock", "_pending", "_row_fast", "_row_check", "_fast_prev"
+    )  # fmt: skip
 
     def __init__(self, name: str, comm: Communicator, config: ExpReplayConfig | None = None) -> None:
         super().__init__(name, comm)
@@ -795,13 +797,120 @@ class ExpReplayHelper(AgentHelper):
             )
         # One-step transitions of the current episode not yet folded into an n-step row (at most n_step - 1).
         self._pending: list[TrainingBatch] = []
+        # The one-row path, once per agent step: a step of act() is kept as (observation sent, action,
+        # reward) until the next observation completes its transition, which goes into the buffer with
+        # add_transition. It stores what the general path (a record per step, a transition batch, the
+        # buffer's checks of the batch) stores, without building any of it. It is taken for one input,
+        # one action and one scalar float reward field, no states or extras, n_step 1, a buffer that
+        # takes transitions, and a class that changes nothing a step goes through; anything else, and any
+        # step that is not a plain act() and float reward, takes the general path (_flush_fast hands it
+        # the step kept here).
+        cls = type(self)
+        self._row_fast = (
+            self._act_short
+            and self._scalar_reward is not None
+            and not self.extra_specs
+            and c.n_step == 1
+            and self.buffer.takes_transitions
+            and all(getattr(cls, name) is getattr(ExpReplayHelper, name) for name in _ROW_PATH)
+        )
+        first = self.input_specs[0]
+        self._row_check = (first.name, first.shape, first.np_dtype, first.finite_only)
+        self._fast_prev: tuple[np.ndarray, Any, float] | None = None
 
     def start_episode(self) -> None:
         # An episode cut by the agent (no store_final) leaves transitions waiting: store them, bootstrapped.
         if self._pending:
             self._store(self._n_step_rows(self._pending, len(self._pending)))
             self._pending = []
+        self._fast_prev = None  # as the general path's record: the cut episode's last step has no next state
         super().start_episode()
+
+    def store_step(self, rewards: Mapping[str, Any] | float, extras: Mapping[str, Any] | None = None) -> None:
+        act = self._act
+        if (
+            self._row_fast
+            and act is not None
+            and self._step_open
+            and self._prev is None
+            and extras is None
+            and type(rewards) is float
+            and (rewards - rewards == 0.0 or self._scalar_reward.allow_nan)  # type: ignore[union-attr]
+        ):
+            # The one-row path: act() checked the observation and the task made the action; a float minus
+            # itself is 0.0 exactly when it is finite.
+            answer = act[1]
+            prev, self._fast_prev = self._fast_prev, (answer[0], act[2], rewards)
+            self._step_open = False
+            self._answer, self._act = answer, None  # as a recorded act() step leaves them (last_prediction)
+            if prev is not None:
+                self._store_transition(prev, answer[0], False)
+            return
+        self._flush_fast()
+        super().store_step(rewards, extras)
+
+    def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
+        prev = self._fast_prev
+        if prev is not None and type(inputs) is dict and len(inputs) == 1:
+            key, shape, dtype, finite = self._row_check
+            arr = inputs.get(key)
+            if (
+                type(arr) is np.ndarray
+                and arr.shape == shape
+                and (arr.dtype is dtype or arr.dtype == dtype)
+                and (not finite or not arr.size or all_finite_array(arr))
+            ):
+                # The one-row path's last transition of the episode: the check store_data gives a final
+                # observation that needs no conversion.
+                self._fast_prev = None
+                self._pre_states = None
+                self._step_open = False
+                self._store_transition(prev, arr, bool(terminated))
+                return
+        self._flush_fast()
+        super().store_final(inputs, terminated)
+
+    def store_data(
+        self,
+        inputs: Mapping[str, Any],
+        actions: Mapping[str, Any] | None = None,
+        rewards: Mapping[str, Any] | float | None = None,
+        game_over: GameOver | int = GameOver.NOT_OVER,
+        extras: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._flush_fast()
+        super().store_data(inputs, actions, rewards, game_over, extras)
+
+    def _flush_fast(self) -> None:
+        """Hand the step the one-row path keeps to the general path, as the record store_data makes of it."""
+        prev = self._fast_prev
+        if prev is None:
+            return
+        self._fast_prev = None
+        obs, action, reward = prev
+        self._prev = {
+            "inputs": {self._row_check[0]: obs},
+            "states": {},
+            "game_over": _NOT_OVER,
+            "actions": {self._act_name: action},
+            "rewards": self._reward_fields(reward),
+            "extras": {},
+        }
+
+    def _store_transition(self, prev: tuple[np.ndarray, Any, float], next_obs: np.ndarray, terminal: bool) -> None:
+        """:meth:`_store` of the one-row path: the transition ``prev`` -> ``next_obs``, then the learning schedule."""
+        obs, action, reward = prev
+        if self.config.learn_trigger is LearnTrigger.THREAD:
+            self._raise_learner_error()
+            with self._lock:
+                self.buffer.add_transition(obs, action, reward, next_obs, terminal)
+                self._since_learn += 1
+            self._wake_learner()
+            return
+        self.buffer.add_transition(obs, action, reward, next_obs, terminal)
+        self._since_learn += 1
+        if self.config.learn_trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
+            self.learn()
 
     def on_transition(self, transition: TrainingBatch) -> None:
         if self.config.n_step == 1:
@@ -849,23 +958,31 @@ class ExpReplayHelper(AgentHelper):
     def _store(self, rows: TrainingBatch) -> None:
         trigger = self.config.learn_trigger
         if trigger == LearnTrigger.THREAD:
-            if self.learner_error is not None:
-                error, self.learner_error = self.learner_error, None
-                raise RuntimeError(
-                    f"agent {self.agent_id}, task {self.name!r}: the learner thread failed: {error}"
-                ) from error
+            self._raise_learner_error()
             with self._lock:
                 self.buffer.add(rows)
                 self._since_learn += rows.size
-            if self._learner is None:
-                self._start_learner()
-            if self._since_learn >= self.config.learn_every:
-                self._learner_wake.set()
+            self._wake_learner()
             return
         self.buffer.add(rows)
         self._since_learn += rows.size
         if trigger == LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
             self.learn()
+
+    def _raise_learner_error(self) -> None:
+        """Raise (once) what made the learner thread fail (LearnTrigger.THREAD)."""
+        if self.learner_error is not None:
+            error, self.learner_error = self.learner_error, None
+            raise RuntimeError(
+                f"agent {self.agent_id}, task {self.name!r}: the learner thread failed: {error}"
+            ) from error
+
+    def _wake_learner(self) -> None:
+        """Start the learner thread on the first rows, and wake it when ``learn_every`` rows are new."""
+        if self._learner is None:
+            self._start_learner()
+        if self._since_learn >= self.config.learn_every:
+            self._learner_wake.set()
 
     def _start_learner(self) -> None:
         # The learner thread waits on its own return queues: the agent's may belong to a coroutine hub.
@@ -937,6 +1054,11 @@ class ExpReplayHelper(AgentHelper):
             # Rows the agent added meanwhile (LearnTrigger.THREAD) may have replaced some sampled ones.
             self.buffer.update_priorities(idx, result.per_sample[key], sampled_at=sampled_at)
         return result
+
+
+_ROW_PATH = ("store_step", "store_final", "store_data", "on_transition", "_completed", "on_episode_end", "_store")
+"""What a step of :class:`ExpReplayHelper`'s one-row path stands in for: a subclass that changes any of it
+takes the general path."""
 
 
 def _check_gamma(task: Any, config: ExpReplayConfig) -> None:

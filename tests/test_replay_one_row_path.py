@@ -1,0 +1,274 @@
+"""ExpReplayHelper's one-row path: each step of act() and a float reward goes straight into the buffer
+(``ReplayBuffer.add_transition``), and stores exactly what the general record -> transition -> add path
+stores, whatever the mix of calls, triggers and buffers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from test_agent_group_fakes import CounterEnv, EchoAlgorithm, echo_task_config
+
+import parl
+from parl import FieldSpec, ReplayBuffer, TrainingBatch
+from parl.data.prioritized_replay import PrioritizedReplayBuffer
+
+OBS = [FieldSpec("obs", (2,), "float32")]
+ACT = [FieldSpec("action", (), "int64")]
+REW = [FieldSpec("reward", (), "float32")]
+
+
+class GeneralReplay(parl.ExpReplayHelper):
+    """The same helper made to take the general path: any override of what a step goes through does that."""
+
+    def on_transition(self, transition: TrainingBatch) -> None:
+        super().on_transition(transition)
+
+
+@pytest.fixture
+def wrapper() -> Iterator[parl.ComputationWrapper]:
+    w = parl.ComputationWrapper(
+        parl.ComputationTask("RL", EchoAlgorithm()), parl.WrapperConfig(train_max_wait_s=0.0, poll_s=0.01)
+    )
+    w.start()
+    yield w
+    w.stop()
+
+
+def _pair(
+    wrapper: parl.ComputationWrapper, config: parl.ExpReplayConfig
+) -> tuple[parl.ExpReplayHelper, parl.ExpReplayHelper]:
+    fast = parl.ExpReplayHelper("RL", wrapper.create_communicator(0), config)
+    general = GeneralReplay("RL", wrapper.create_communicator(1), config)
+    assert fast._row_fast and not general._row_fast
+    return fast, general
+
+
+def _episode(helper: parl.AgentHelper, env: CounterEnv, steps: int | None = None, mixed: bool = False) -> None:
+    """One episode of act() and store_step (``steps``: cut after that many, without store_final).
+
+    ``mixed`` varies the calls the way an agent may: a numpy reward on step 2, predict() and
+    store_data() on step 4, a float reward again afterwards."""
+    helper.start_episode()
+    obs, _ = env.reset()
+    for t in range(steps if steps is not None else 10**6):
+        if mixed and t == 4:
+            action = helper.predict({"obs": obs})["action"]
+            obs2, reward, terminated, truncated, _ = env.step(action)
+            helper.store_data({"obs": obs}, {"action": action}, reward)
+        else:
+            action = helper.act(obs)
+            obs2, reward, terminated, truncated, _ = env.step(action)
+            helper.store_step(np.float32(reward) if mixed and t == 2 else float(reward))  # type: ignore[arg-type]
+        obs = obs2
+        if terminated or truncated:
+            helper.store_final({"obs": obs}, terminated)
+            return
+
+
+def _same_buffers(a: ReplayBuffer, b: ReplayBuffer) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert (sa["next"], sa["size"], sa["added"]) == (sb["next"], sb["size"], sb["added"])
+    for group in sa["data"]:
+        for key in sa["data"][group]:
+            np.testing.assert_array_equal(sa["data"][group][key], sb["data"][group][key], err_msg=f"{group}/{key}")
+    np.testing.assert_array_equal(sa["terminal"], sb["terminal"])
+    if isinstance(a, PrioritizedReplayBuffer):
+        assert isinstance(b, PrioritizedReplayBuffer)
+        np.testing.assert_array_equal(a.tree.values(np.arange(a.capacity)), b.tree.values(np.arange(b.capacity)))
+        np.testing.assert_array_equal(a._row_id, b._row_id)
+
+
+SCRIPT = [
+    (5, {}),
+    (7, {"end": "truncated"}),
+    (9, {"steps": 4}),  # cut by the agent: its last step has no next state and is not stored
+    (8, {"mixed": True}),
+    (3, {}),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_the_one_row_path_stores_what_the_general_path_stores(wrapper, prioritized: bool) -> None:
+    # A capacity smaller than the steps played: the ring wraps around on both paths.
+    config = parl.ExpReplayConfig(
+        capacity=13, batch_size=4, learning_starts=10**6, learn_trigger=parl.LearnTrigger.AGENT, prioritized=prioritized
+    )
+    fast, general = _pair(wrapper, config)
+    for length, kw in SCRIPT:
+        for helper in (fast, general):
+            end = kw.get("end", "terminated")
+            _episode(helper, CounterEnv(tag=length, length=length, end=end), kw.get("steps"), kw.get("mixed", False))
+        _same_buffers(fast.buffer, general.buffer)
+    # Every step of every episode is a transition, but for the cut episode's last (no next state).
+    assert fast.buffer.added == 5 + 7 + 3 + 8 + 3
+    # The rows are real transitions: the next observation is one tick on, terminal only at a terminated end.
+    batch = fast.buffer.gather(np.arange(len(fast.buffer)))
+    np.testing.assert_array_equal(batch.next_inputs["obs"][:, 1], batch.inputs["obs"][:, 1] + 1)
+    np.testing.assert_array_equal(batch.next_inputs["obs"][:, 0], batch.inputs["obs"][:, 0])
+
+
+@pytest.mark.timeout(60)
+def test_learning_schedule_is_the_same_on_both_paths(wrapper) -> None:
+    config = parl.ExpReplayConfig(capacity=100, batch_size=4, learning_starts=5, learn_every=3, seed=1)
+    fast, general = _pair(wrapper, config)
+    calls: dict[str, list[int]] = {"fast": [], "general": []}
+    for name, helper in (("fast", fast), ("general", general)):
+        helper.start_episode()
+        env = CounterEnv(tag=3, length=20)
+        obs, _ = env.reset()
+        while True:
+            obs, reward, terminated, truncated, _ = env.step(helper.act(obs))
+            helper.store_step(float(reward))
+            calls[name].append(helper.learn_calls)
+            if terminated or truncated:
+                helper.store_final({"obs": obs}, terminated)
+                calls[name].append(helper.learn_calls)
+                break
+    assert calls["fast"] == calls["general"]
+    # Transition k completes at step k+1: the first learn at the 5th, then every 3rd (5, 8, ..., 20).
+    sends_after = [k for k in range(1, len(calls["fast"])) if calls["fast"][k] > calls["fast"][k - 1]]
+    assert sends_after == [5, 8, 11, 14, 17, 20]
+    _same_buffers(fast.buffer, general.buffer)
+    assert fast.last_learn is not None and fast.last_learn.per_sample["obs_echo"].shape == (4, 2)
+
+
+@pytest.mark.timeout(60)
+def test_the_learner_thread_trigger_takes_the_one_row_path_too(wrapper) -> None:
+    config = parl.ExpReplayConfig(
+        capacity=100, batch_size=4, learning_starts=4, learn_every=2, learn_trigger=parl.LearnTrigger.THREAD
+    )
+    fast, general = _pair(wrapper, config)
+    try:
+        for helper in (fast, general):
+            _episode(helper, CounterEnv(tag=2, length=12))
+        with fast._lock, general._lock:
+            _same_buffers(fast.buffer, general.buffer)
+        assert fast._learner is not None and fast._learner.is_alive()
+    finally:
+        fast.close()
+        general.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_nonfinite_reward_is_refused_and_leaves_the_step_open(wrapper) -> None:
+    helper = parl.ExpReplayHelper("RL", wrapper.create_communicator(0), parl.ExpReplayConfig(learning_starts=10**6))
+    helper.start_episode()
+    obs = np.array([1.0, 0.0], np.float32)
+    helper.act(obs)
+    with pytest.raises(parl.SpecError, match="finite"):
+        helper.store_step(float("nan"))
+    helper.store_step(1.0)  # the step is still open: recorded now
+    with pytest.raises(parl.SpecError, match="store_step"):
+        helper.store_step(1.0)  # and only once
+
+
+@pytest.mark.timeout(60)
+def test_a_final_observation_that_needs_converting_takes_the_general_path(wrapper) -> None:
+    fast, general = _pair(wrapper, parl.ExpReplayConfig(learning_starts=10**6))
+    for helper in (fast, general):
+        helper.start_episode()
+        obs = np.array([4.0, 0.0], np.float32)
+        for _ in range(3):
+            action = helper.act(obs)
+            obs = np.array([4.0, obs[1] + 1], np.float32)
+            helper.store_step(float(action) + 1.0)
+        helper.store_final({"obs": [4.0, 3.0]}, terminated=True)  # a list: converted and checked
+    _same_buffers(fast.buffer, general.buffer)
+    assert fast.buffer.added == 3 and bool(fast.buffer.gather(np.array([2])).terminal[0])
+    with pytest.raises(parl.SpecError):
+        fast.start_episode()
+        fast.act(np.array([1.0, 0.0], np.float32))
+        fast.store_step(1.0)
+        fast.store_final({"obs": np.array([np.inf, 1.0], np.float32)}, terminated=True)
+
+
+def test_the_one_row_path_is_off_where_it_would_store_something_else(wrapper) -> None:
+    comm = wrapper.create_communicator(0)
+    assert parl.ExpReplayHelper("RL", comm)._row_fast
+    # n-step rows, and a class that changes a step's path, go the general way
+    assert not parl.ExpReplayHelper("RL", comm, parl.ExpReplayConfig(n_step=3, gamma=0.99))._row_fast
+    assert not GeneralReplay("RL", comm)._row_fast
+
+    class OwnFinal(parl.ExpReplayHelper):
+        def store_final(self, inputs, terminated: bool) -> None:
+            super().store_final(inputs, terminated)
+
+    assert not OwnFinal("RL", comm)._row_fast
+
+
+@pytest.mark.timeout(60)
+def test_agents_on_the_coroutine_hub_fill_their_buffers_with_their_own_transitions() -> None:
+    buffers: dict[int, ReplayBuffer] = {}
+
+    class Keep(parl.ExpReplayHelper):
+        def close(self) -> None:
+            buffers[self.agent_id] = self.buffer
+            super().close()
+
+    config = parl.ExpReplayConfig(capacity=1000, learning_starts=10**6)
+    task = echo_task_config(EchoAlgorithm(), Keep, config)
+    manager = parl.Manager(
+        [task],
+        parl.GymAgent,
+        lambda i: CounterEnv(tag=i, length=6 + i),
+        parl.ManagerConfig(num_agents=4, runtime="coroutines", max_episodes=20),
+    )
+    report = manager.run()
+    assert not report.failures and set(buffers) == {0, 1, 2, 3}
+    for agent_id, buf in buffers.items():
+        assert buf.takes_transitions and len(buf) > 0
+        rows = buf.gather(np.arange(len(buf)))
+        assert (rows.inputs["obs"][:, 0] == agent_id).all()
+        np.testing.assert_array_equal(rows.next_inputs["obs"][:, 1], rows.inputs["obs"][:, 1] + 1)
+        # terminal exactly on the episodes' last transitions (CounterEnv terminates after 6 + id steps)
+        np.testing.assert_array_equal(rows.terminal, rows.next_inputs["obs"][:, 1] == 6 + agent_id)
+
+
+# ------------------------------------------------------------------ ReplayBuffer.add_transition
+
+
+def _one_row(i: int, terminal: bool) -> TrainingBatch:
+    return TrainingBatch(
+        inputs={"obs": np.array([[i, -i]], np.float32)},
+        actions={"action": np.array([i], np.int64)},
+        rewards={"reward": np.array([i * 0.5], np.float32)},
+        next_inputs={"obs": np.array([[i + 1, -i - 1]], np.float32)},
+        terminal=np.array([terminal]),
+    )
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_add_transition_stores_the_row_add_stores(cls: type[ReplayBuffer]) -> None:
+    a, b = cls(5, OBS, ACT, REW), cls(5, OBS, ACT, REW)
+    for i in range(8):  # wraps around
+        row = _one_row(i, terminal=i % 3 == 0)
+        pos_a = a.add(row)
+        pos_b = b.add_transition(
+            np.array([i, -i], np.float32), np.int64(i), i * 0.5, np.array([i + 1, -i - 1], np.float32), i % 3 == 0
+        )
+        assert pos_b == int(pos_a[0]) == i % 5
+    _same_buffers(a, b)
+    assert len(b) == 5 and b.added == 8
+
+
+def test_add_transition_resets_the_step_count_of_the_row_it_replaces() -> None:
+    buf = ReplayBuffer(2, OBS, ACT, REW)
+    buf.add(replace(_one_row(0, False), bootstrap_steps=np.array([3])))
+    buf.add_transition(np.zeros(2, np.float32), np.int64(1), 0.0, np.zeros(2, np.float32), False)
+    buf.add_transition(np.zeros(2, np.float32), np.int64(2), 0.0, np.zeros(2, np.float32), False)  # replaces row 0
+    steps = buf.gather(np.arange(2)).bootstrap_steps
+    assert steps is not None and steps.tolist() == [1, 1]
+
+
+def test_add_transition_names_the_layout_it_needs() -> None:
+    two_inputs = [FieldSpec("obs", (2,), "float32"), FieldSpec("goal", (2,), "float32")]
+    buf = ReplayBuffer(4, two_inputs, ACT, REW)
+    assert not buf.takes_transitions
+    with pytest.raises(ValueError, match="one input, one action and one reward field.*obs.*goal"):
+        buf.add_transition(np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False)
+    with_states = ReplayBuffer(4, OBS, ACT, REW, state_specs=[FieldSpec("h", (3,), "float32")])
+    assert not with_states.takes_transitions
