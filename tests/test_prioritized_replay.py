@@ -61,6 +61,25 @@ def test_sum_tree_never_returns_an_empty_leaf_at_the_edge() -> None:
         tree.update(np.array([0]), np.array([-1.0]))
 
 
+@pytest.mark.parametrize("capacity", [1, 5, 64, 1000])
+def test_sum_tree_set_of_one_leaf_leaves_the_tree_update_leaves(capacity: int) -> None:
+    by_batch, by_leaf = SumTree(capacity), SumTree(capacity)
+    rng = np.random.default_rng(capacity)
+    for _ in range(300):
+        i, value = int(rng.integers(0, capacity)), float(rng.random() * 10) if rng.random() < 0.9 else 0.0
+        by_batch.update(np.array([i]), value)
+        by_leaf.set(i, value)
+    # Bit for bit: the same float64 sums and minima, in the same order.
+    np.testing.assert_array_equal(by_leaf._sum, by_batch._sum)
+    np.testing.assert_array_equal(by_leaf._min, by_batch._min)
+    assert by_leaf.total == by_batch.total and by_leaf.min == by_batch.min
+    with pytest.raises(IndexError, match="leaves are 0.."):
+        by_leaf.set(capacity, 1.0)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite and >= 0"):
+            by_leaf.set(0, bad)
+
+
 def test_sampling_follows_priorities_to_the_power_alpha() -> None:
     buf = _buffer(capacity=4, alpha=0.5)
     buf.add(_rows(0, 4))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,10 @@ class SumTree:
         self._depth = self._leaves.bit_length() - 1
         self._sum = np.zeros(2 * self._leaves, np.float64)
         self._min = np.full(2 * self._leaves, np.inf)
+        # The same memory as Python floats, for set(): an item of a memoryview reads and writes in a
+        # fraction of a numpy scalar's time.
+        self._sum_items = memoryview(self._sum)
+        self._min_items = memoryview(self._min)
 
     @property
     def total(self) -> float:
@@ -68,6 +73,28 @@ class SumTree:
             pos = np.unique(pos // 2)
             self._sum[pos] = self._sum[2 * pos] + self._sum[2 * pos + 1]
             self._min[pos] = np.minimum(self._min[2 * pos], self._min[2 * pos + 1])
+
+    def set(self, index: int, value: float) -> None:
+        """:meth:`update` of one leaf, in scalar steps up the tree: the tree it leaves is the same, bit for bit
+        (the same float64 sums and minima), at a fraction of a batch update's fixed cost. What a buffer
+        does for the row it adds at each agent step::
+
+            tree.set(5, 2.0)
+        """
+        if not 0 <= index < self.capacity:
+            raise IndexError(f"SumTree leaves are 0..{self.capacity - 1}, got {index}")
+        if not (value >= 0.0 and math.isfinite(value)):
+            raise ValueError(f"SumTree values must be finite and >= 0, got {value}")
+        sums, mins = self._sum_items, self._min_items
+        pos = index + self._leaves
+        sums[pos] = mins[pos] = float(value)
+        pos >>= 1
+        while pos:
+            left = pos << 1
+            sums[pos] = sums[left] + sums[left + 1]
+            a, b = mins[left], mins[left + 1]
+            mins[pos] = a if a <= b else b
+            pos >>= 1
 
     def find(self, prefix: np.ndarray) -> np.ndarray:
         """For each value ``u`` in ``[0, total)``, the leaf ``i`` with ``sum(leaves[:i]) <= u < sum(leaves[:i+1])``.
@@ -154,7 +181,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def add_transition(self, obs: np.ndarray, action: Any, reward: float, next_obs: np.ndarray, terminal: bool) -> int:
         i = super().add_transition(obs, action, reward, next_obs, terminal)
         self._row_id[i] = self.added - 1
-        self.tree.update(np.array([i]), self.max_priority**self.alpha)
+        self.tree.set(i, self.max_priority**self.alpha)
         return i
 
     def sample_indices(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
