@@ -37,8 +37,8 @@ class SumTree:
         self._min = np.full(2 * self._leaves, np.inf)
         # The same memory as Python floats, for set(): an item of a memoryview reads and writes in a
         # fraction of a numpy scalar's time.
-        self._sum_items = memoryview(self._sum)
-        self._min_items = memoryview(self._min)
+        self._sum_items = self._sum.data.cast("B").cast("d")
+        self._min_items = self._min.data.cast("B").cast("d")
 
     @property
     def total(self) -> float:
