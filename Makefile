@@ -46,6 +46,7 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(TEST_STAMP)
 	$(PY) -m benchmarks.throughput
+	$(PY) -m benchmarks.storing --n 64 256
 
 bench-learning: $(BENCH_STAMP)
 	$(PY) -m benchmarks.learning

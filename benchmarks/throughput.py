@@ -316,14 +316,20 @@ class _Window:
 
 
 def agent_manager(
-    make_env: Callable[[], gym.Env], obs_dim: int, config: parl.ManagerConfig, predict_in_workers: bool = False
+    make_env: Callable[[], gym.Env],
+    obs_dim: int,
+    config: parl.ManagerConfig,
+    predict_in_workers: bool = False,
+    helper: Callable[..., parl.AgentHelper] = parl.AgentHelper,
+    helper_config: Any = None,
 ) -> parl.Manager:
     """The agent path's Manager: ``config.num_agents`` GymAgents on one task "RL" (the rows' model,
     greedy), batching every request of a round into one call (in the workers, on replicas of the task,
-    with ``predict_in_workers``)."""
+    with ``predict_in_workers``). Each agent's ``helper`` (with ``helper_config``) keeps nothing by
+    default; the storing benchmark gives it a replay helper."""
     algo = GreedyPolicy(lambda: MLPPolicy(obs_dim))
     wrapper = parl.WrapperConfig(max_batch_size=4096, predict_in_workers=predict_in_workers)
-    task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=wrapper)
+    task = parl.TaskConfig("RL", algo, helper, helper_config, wrapper=wrapper)
     return parl.Manager([task], GymAgent, lambda i: make_env(), config)
 
 
