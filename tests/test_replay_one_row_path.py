@@ -272,3 +272,106 @@ def test_add_transition_names_the_layout_it_needs() -> None:
         buf.add_transition(np.zeros(2, np.float32), 0, 0.0, np.zeros(2, np.float32), False)
     with_states = ReplayBuffer(4, OBS, ACT, REW, state_specs=[FieldSpec("h", (3,), "float32")])
     assert not with_states.takes_transitions
+
+
+# ------------------------------------------------------------------ OnPolicyHelper's one-row path
+
+
+class EchoWithExtras(EchoAlgorithm):
+    """EchoAlgorithm that learns from its prediction's ``echo`` extra (as PPO does from its log-prob)."""
+
+    def extra_learn_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("echo", (2,), "float32")]
+
+
+class Sent:
+    """Keeps every batch a helper sends instead of sending it (the learn result is empty)."""
+
+    sent: list[TrainingBatch]
+
+    def _send(self, batch: TrainingBatch, comm: object = None) -> parl.LearnResult:
+        self.sent.append(batch)
+        self.learn_calls += 1  # type: ignore[attr-defined]
+        return parl.LearnResult(per_sample={}, metrics={})
+
+
+class FastOnPolicy(Sent, parl.OnPolicyHelper):
+    pass
+
+
+class GeneralOnPolicy(Sent, parl.OnPolicyHelper):
+    def _completed(self, prev: dict, cur: dict) -> None:  # any override of a step's path: the general path
+        super()._completed(prev, cur)
+
+
+@pytest.fixture
+def on_policy_pair(request: pytest.FixtureRequest) -> Iterator[tuple[parl.OnPolicyHelper, parl.OnPolicyHelper]]:
+    """A one-row path helper and a general path one on one live wrapper (``request.param``: (extras, config))."""
+    extras, config = request.param
+    algo = EchoWithExtras() if extras else EchoAlgorithm()
+    w = parl.ComputationWrapper(parl.ComputationTask("RL", algo), parl.WrapperConfig(poll_s=0.01))
+    w.start()
+    fast = FastOnPolicy("RL", w.create_communicator(0), config)
+    general = GeneralOnPolicy("RL", w.create_communicator(1), config)
+    fast.sent, general.sent = [], []
+    assert fast._row_fast and not general._row_fast
+    yield fast, general
+    w.stop()
+
+
+def _same_batches(a: list[TrainingBatch], b: list[TrainingBatch]) -> None:
+    assert [x.size for x in a] == [y.size for y in b]
+    for x, y in zip(a, b):
+        for group in ("inputs", "actions", "rewards", "next_inputs", "states", "next_states", "extras"):
+            gx, gy = getattr(x, group), getattr(y, group)
+            assert gx.keys() == gy.keys(), group
+            for key in gx:
+                assert gx[key].dtype == gy[key].dtype and gx[key].shape == gy[key].shape, (group, key)
+                np.testing.assert_array_equal(gx[key], gy[key], err_msg=f"{group}/{key}")
+        np.testing.assert_array_equal(x.terminal, y.terminal)
+        np.testing.assert_array_equal(x.segment_end, y.segment_end)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "on_policy_pair",
+    [
+        (extras, parl.OnPolicyConfig(sample_interval=4, learn_trigger=trigger))
+        for extras in (False, True)
+        for trigger in (parl.LearnTrigger.STORE_DATA, parl.LearnTrigger.AGENT)
+    ],
+    indirect=True,
+    ids=["store_data", "agent", "store_data-extras", "agent-extras"],
+)
+def test_on_policy_one_row_path_sends_what_the_general_path_sends(on_policy_pair) -> None:
+    fast, general = on_policy_pair
+    trigger, extras = fast.config.learn_trigger, bool(fast.extra_specs)
+    for length, kw in SCRIPT:
+        for helper in (fast, general):
+            end = kw.get("end", "terminated")
+            _episode(helper, CounterEnv(tag=length, length=length, end=end), kw.get("steps"), kw.get("mixed", False))
+            if trigger is parl.LearnTrigger.AGENT and length == 7:
+                assert helper.ready
+                helper.learn()  # a send in the middle: both paths' chunks end here
+        assert fast.ready == general.ready
+    for helper in (fast, general):
+        helper.learn()  # what is left
+        assert not helper.ready and helper.learn() is None
+    _same_batches(fast.sent, general.sent)
+    rows = sum(b.size for b in fast.sent)
+    assert rows == 5 + 7 + 3 + 8 + 3
+    if extras:
+        batch = fast.sent[0]
+        np.testing.assert_array_equal(batch.extras["echo"], batch.inputs["obs"] * 2.0)
+
+
+def test_on_policy_one_row_path_is_off_for_a_class_that_changes_a_step() -> None:
+    w = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()), parl.WrapperConfig())
+    assert parl.OnPolicyHelper("RL", w.create_communicator(0))._row_fast
+    assert not GeneralOnPolicy("RL", w.create_communicator(0))._row_fast
+
+    class OwnLearn(parl.OnPolicyHelper):
+        def learn(self) -> parl.LearnResult | None:
+            return super().learn()
+
+    assert not OwnLearn("RL", w.create_communicator(0))._row_fast
