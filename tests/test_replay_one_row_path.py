@@ -27,10 +27,16 @@ class GeneralReplay(parl.ExpReplayHelper):
         super().on_transition(transition)
 
 
+class EchoNStep(EchoAlgorithm):
+    """EchoAlgorithm that takes n-step rows (it echoes them; nothing is discounted)."""
+
+    uses_bootstrap_steps = True
+
+
 @pytest.fixture
 def wrapper() -> Iterator[parl.ComputationWrapper]:
     w = parl.ComputationWrapper(
-        parl.ComputationTask("RL", EchoAlgorithm()), parl.WrapperConfig(train_max_wait_s=0.0, poll_s=0.01)
+        parl.ComputationTask("RL", EchoNStep()), parl.WrapperConfig(train_max_wait_s=0.0, poll_s=0.01)
     )
     w.start()
     yield w
@@ -91,11 +97,18 @@ SCRIPT = [
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("n_step", [1, 3])
 @pytest.mark.parametrize("prioritized", [False, True])
-def test_the_one_row_path_stores_what_the_general_path_stores(wrapper, prioritized: bool) -> None:
+def test_the_one_row_path_stores_what_the_general_path_stores(wrapper, prioritized: bool, n_step: int) -> None:
     # A capacity smaller than the steps played: the ring wraps around on both paths.
     config = parl.ExpReplayConfig(
-        capacity=13, batch_size=4, learning_starts=10**6, learn_trigger=parl.LearnTrigger.AGENT, prioritized=prioritized
+        capacity=13,
+        batch_size=4,
+        learning_starts=10**6,
+        learn_trigger=parl.LearnTrigger.AGENT,
+        prioritized=prioritized,
+        n_step=n_step,
+        gamma=0.9 if n_step > 1 else None,
     )
     fast, general = _pair(wrapper, config)
     for length, kw in SCRIPT:
@@ -105,15 +118,47 @@ def test_the_one_row_path_stores_what_the_general_path_stores(wrapper, prioritiz
         _same_buffers(fast.buffer, general.buffer)
     # Every step of every episode is a transition, but for the cut episode's last (no next state).
     assert fast.buffer.added == 5 + 7 + 3 + 8 + 3
-    # The rows are real transitions: the next observation is one tick on, terminal only at a terminated end.
+    # The rows are real transitions: the next observation is (up to n_step) ticks on, in the same episode.
     batch = fast.buffer.gather(np.arange(len(fast.buffer)))
-    np.testing.assert_array_equal(batch.next_inputs["obs"][:, 1], batch.inputs["obs"][:, 1] + 1)
+    ticks = batch.next_inputs["obs"][:, 1] - batch.inputs["obs"][:, 1]
+    steps = batch.bootstrap_steps if n_step > 1 else np.ones(len(ticks), np.int64)
+    assert steps is not None and (steps >= 1).all() and (steps <= n_step).all() and (steps > 1).any() == (n_step > 1)
+    np.testing.assert_array_equal(ticks, steps)
     np.testing.assert_array_equal(batch.next_inputs["obs"][:, 0], batch.inputs["obs"][:, 0])
 
 
+class ThirdsEnv(CounterEnv):
+    """CounterEnv whose rewards (1/3 + t/10) a float32 reward field cannot hold exactly."""
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, 1.0 / 3.0 + self.t / 10.0, terminated, truncated, info
+
+
 @pytest.mark.timeout(60)
-def test_learning_schedule_is_the_same_on_both_paths(wrapper) -> None:
-    config = parl.ExpReplayConfig(capacity=100, batch_size=4, learning_starts=5, learn_every=3, seed=1)
+def test_n_step_returns_are_summed_bit_for_bit_as_the_general_path_sums_them(wrapper) -> None:
+    config = parl.ExpReplayConfig(capacity=100, learning_starts=10**6, n_step=4, gamma=0.97)
+    fast, general = _pair(wrapper, config)
+    for length in (9, 2, 6):
+        for helper in (fast, general):
+            _episode(helper, ThirdsEnv(tag=length, length=length, end="truncated" if length == 2 else "terminated"))
+    _same_buffers(fast.buffer, general.buffer)
+    rewards = fast.buffer.gather(np.arange(len(fast.buffer))).rewards["reward"]
+    assert rewards.dtype == np.float32 and len(set(rewards.tolist())) > 10
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_learning_schedule_is_the_same_on_both_paths(wrapper, n_step: int) -> None:
+    config = parl.ExpReplayConfig(
+        capacity=100,
+        batch_size=4,
+        learning_starts=5,
+        learn_every=3,
+        seed=1,
+        n_step=n_step,
+        gamma=0.99 if n_step > 1 else None,
+    )
     fast, general = _pair(wrapper, config)
     calls: dict[str, list[int]] = {"fast": [], "general": []}
     for name, helper in (("fast", fast), ("general", general)):
@@ -129,9 +174,13 @@ def test_learning_schedule_is_the_same_on_both_paths(wrapper) -> None:
                 calls[name].append(helper.learn_calls)
                 break
     assert calls["fast"] == calls["general"]
-    # Transition k completes at step k+1: the first learn at the 5th, then every 3rd (5, 8, ..., 20).
     sends_after = [k for k in range(1, len(calls["fast"])) if calls["fast"][k] > calls["fast"][k - 1]]
-    assert sends_after == [5, 8, 11, 14, 17, 20]
+    if n_step == 1:
+        # Transition k completes at step k+1: the first learn at the 5th, then every 3rd (5, 8, ..., 20).
+        assert sends_after == [5, 8, 11, 14, 17, 20]
+    else:
+        # Row k is stored when transition k + 2 completes; the last 3 rows come together at the end.
+        assert sends_after == [7, 10, 13, 16, 19, 20]
     _same_buffers(fast.buffer, general.buffer)
     assert fast.last_learn is not None and fast.last_learn.per_sample["obs_echo"].shape == (4, 2)
 
@@ -189,8 +238,8 @@ def test_a_final_observation_that_needs_converting_takes_the_general_path(wrappe
 def test_the_one_row_path_is_off_where_it_would_store_something_else(wrapper) -> None:
     comm = wrapper.create_communicator(0)
     assert parl.ExpReplayHelper("RL", comm)._row_fast
-    # n-step rows, and a class that changes a step's path, go the general way
-    assert not parl.ExpReplayHelper("RL", comm, parl.ExpReplayConfig(n_step=3, gamma=0.99))._row_fast
+    assert parl.ExpReplayHelper("RL", comm, parl.ExpReplayConfig(n_step=3, gamma=0.99))._row_fast
+    # a class that changes a step's path goes the general way
     assert not GeneralReplay("RL", comm)._row_fast
 
     class OwnFinal(parl.ExpReplayHelper):

@@ -178,8 +178,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree.update(idx, self.max_priority**self.alpha)
         return idx
 
-    def add_transition(self, obs: np.ndarray, action: Any, reward: float, next_obs: np.ndarray, terminal: bool) -> int:
-        i = super().add_transition(obs, action, reward, next_obs, terminal)
+    def add_transition(
+        self,
+        obs: np.ndarray,
+        action: Any,
+        reward: float,
+        next_obs: np.ndarray,
+        terminal: bool,
+        bootstrap_steps: int | None = None,
+    ) -> int:
+        i = super().add_transition(obs, action, reward, next_obs, terminal, bootstrap_steps)
         self._row_id[i] = self.added - 1
         self.tree.set(i, self.max_priority**self.alpha)
         return i

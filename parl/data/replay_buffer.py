@@ -116,7 +116,15 @@ class ReplayBuffer:
         self.added += n
         return idx
 
-    def add_transition(self, obs: np.ndarray, action: Any, reward: float, next_obs: np.ndarray, terminal: bool) -> int:
+    def add_transition(
+        self,
+        obs: np.ndarray,
+        action: Any,
+        reward: float,
+        next_obs: np.ndarray,
+        terminal: bool,
+        bootstrap_steps: int | None = None,
+    ) -> int:
         """Append one transition whose values the caller has checked against the specs; return its position.
 
         The row :meth:`add` would store for a one-row batch of these values, in a
@@ -124,7 +132,8 @@ class ReplayBuffer:
         agent's replay helper (values it took from the task's own prediction
         and from checked observations). Only for a buffer with one input, one
         action and one reward field and no states or extras
-        (:attr:`takes_transitions`)::
+        (:attr:`takes_transitions`). ``bootstrap_steps`` is an n-step row's
+        span, as a batch's ``bootstrap_steps`` (None: a one-step row)::
 
             buf.add_transition(obs, action, 1.0, next_obs, terminal=False)
         """
@@ -141,7 +150,10 @@ class ReplayBuffer:
         rewards[i] = reward
         next_inputs[i] = next_obs
         self._terminal[i] = terminal
-        if self._has_steps:
+        if bootstrap_steps is not None:
+            self._steps[i] = bootstrap_steps
+            self._has_steps = True
+        elif self._has_steps:
             self._steps[i] = 1  # the row it replaces may have spanned several steps
         self._next = i + 1 if i + 1 < self.capacity else 0
         if self._size < self.capacity:

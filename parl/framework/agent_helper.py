@@ -7,7 +7,7 @@ import logging
 import math
 import threading
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -901,7 +901,8 @@ class ExpReplayHelper(AgentHelper):
     # What a step reads and writes, in the instance (with the base's slots: see AgentHelper), which
     # also keeps the instance dict within the 30 keys CPython shares among a class's instances.
     __slots__ = (
-        "config", "buffer", "rng", "_since_learn", "_lock", "_pending", "_row_fast", "_row_check", "_fast_prev"
+        "config", "buffer", "rng", "_since_learn", "_lock", "_pending", "_row_fast", "_row_check", "_fast_prev",
+        "_window", "_reward_value",
     )  # fmt: skip
 
     def __init__(self, name: str, comm: Communicator, config: ExpReplayConfig | None = None) -> None:
@@ -940,30 +941,37 @@ class ExpReplayHelper(AgentHelper):
         self._pending: list[TrainingBatch] = []
         # The one-row path, once per agent step: a step of act() is kept as (observation sent, action,
         # reward) until the next observation completes its transition, which goes into the buffer with
-        # add_transition. It stores what the general path (a record per step, a transition batch, the
-        # buffer's checks of the batch) stores, without building any of it. It is taken for one input,
-        # one action and one scalar float reward field, no states or extras, n_step 1, a buffer that
-        # takes transitions, and a class that changes nothing a step goes through; anything else, and any
-        # step that is not a plain act() and float reward, takes the general path (_flush_fast hands it
-        # the step kept here).
+        # add_transition (with n_step > 1, into a window of the episode's last transitions first, whose
+        # n-step rows are summed in floats as n_step_return sums them). It stores what the general path
+        # (a record per step, a transition batch, the buffer's checks of the batch) stores, without
+        # building any of it. It is taken for one input, one action and one scalar float reward field,
+        # no states or extras, a buffer that takes transitions, and a class that changes nothing a step
+        # goes through; anything else, and any step that is not a plain act() and float reward, takes
+        # the general path (_flush_fast hands it what is kept here).
         cls = type(self)
         self._row_fast = (
             self._act_short
             and self._scalar_reward is not None
             and not self.extra_specs
-            and c.n_step == 1
             and self.buffer.takes_transitions
             and all(getattr(cls, name) is getattr(ExpReplayHelper, name) for name in _ROW_PATH)
         )
         first = self.input_specs[0]
         self._row_check = (first.name, first.shape, first.np_dtype, first.finite_only)
         self._fast_prev: tuple[np.ndarray, Any, float] | None = None
+        # n_step > 1: (obs, action, reward, next obs, terminal) of the transitions not yet summed into a row,
+        # the reward as the reward field stores it (a float32 field rounds it), which the sums start from.
+        self._window: list[tuple[np.ndarray, Any, float, np.ndarray, bool]] = []
+        reward_type = self._scalar_reward.np_dtype.type if self._scalar_reward is not None else np.float32
+        self._reward_value: Callable[[float], float] = lambda r: float(reward_type(r))
 
     def start_episode(self) -> None:
         # An episode cut by the agent (no store_final) leaves transitions waiting: store them, bootstrapped.
         if self._pending:
             self._store(self._n_step_rows(self._pending, len(self._pending)))
             self._pending = []
+        if self._window:
+            self._store_rows(self._window_rows())
         self._fast_prev = None  # as the general path's record: the cut episode's last step has no next state
         super().start_episode()
 
@@ -974,6 +982,7 @@ class ExpReplayHelper(AgentHelper):
             and act is not None
             and self._step_open
             and self._prev is None
+            and not self._pending
             and extras is None
             and type(rewards) is float
             and (rewards - rewards == 0.0 or self._scalar_reward.allow_nan)  # type: ignore[union-attr]
@@ -985,14 +994,17 @@ class ExpReplayHelper(AgentHelper):
             self._step_open = False
             self._answer, self._act = answer, None  # as a recorded act() step leaves them (last_prediction)
             if prev is not None:
-                self._store_transition(prev, answer[0], False)
+                if self.config.n_step == 1:
+                    self._store_transition(prev, answer[0], False)
+                else:
+                    self._window_transition(prev, answer[0], False, ended=False)
             return
         self._flush_fast()
         super().store_step(rewards, extras)
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         prev = self._fast_prev
-        if prev is not None and type(inputs) is dict and len(inputs) == 1:
+        if prev is not None and not self._pending and type(inputs) is dict and len(inputs) == 1:
             key, shape, dtype, finite = self._row_check
             arr = inputs.get(key)
             if (
@@ -1006,7 +1018,10 @@ class ExpReplayHelper(AgentHelper):
                 self._fast_prev = None
                 self._pre_states = None
                 self._step_open = False
-                self._store_transition(prev, arr, bool(terminated))
+                if self.config.n_step == 1:
+                    self._store_transition(prev, arr, bool(terminated))
+                else:
+                    self._window_transition(prev, arr, bool(terminated), ended=True)
                 return
         self._flush_fast()
         super().store_final(inputs, terminated)
@@ -1023,20 +1038,78 @@ class ExpReplayHelper(AgentHelper):
         super().store_data(inputs, actions, rewards, game_over, extras)
 
     def _flush_fast(self) -> None:
-        """Hand the step the one-row path keeps to the general path, as the record store_data makes of it."""
+        """Hand what the one-row path keeps to the general path: the pending step as the record store_data
+        makes of it, and the window's transitions as the one-row batches the records give."""
+        key, action_key = self._row_check[0], self._act_name
+        reward_key = self.reward_specs[0].name
+        for obs, action, reward, after, terminal in self._window:
+            self._pending.append(
+                TrainingBatch(
+                    inputs={key: np.asarray(obs)[None]},
+                    actions={action_key: np.asarray(action)[None]},
+                    rewards={reward_key: self._reward_fields(reward)[reward_key][None]},
+                    next_inputs={key: np.asarray(after)[None]},
+                    terminal=np.array([terminal]),
+                    segment_end=np.array([False]),  # the window holds no episode's end
+                    states={},
+                    next_states={},
+                    extras={},
+                )
+            )
+        self._window = []
         prev = self._fast_prev
         if prev is None:
             return
         self._fast_prev = None
         obs, action, reward = prev
         self._prev = {
-            "inputs": {self._row_check[0]: obs},
+            "inputs": {key: obs},
             "states": {},
             "game_over": _NOT_OVER,
-            "actions": {self._act_name: action},
+            "actions": {action_key: action},
             "rewards": self._reward_fields(reward),
             "extras": {},
         }
+
+    def _window_transition(
+        self, prev: tuple[np.ndarray, Any, float], next_obs: np.ndarray, terminal: bool, ended: bool
+    ) -> None:
+        """The one-row path's transition ``prev`` -> ``next_obs`` with n_step > 1: into the window, and out
+        as a row once it heads ``n_step`` transitions, or with every row of the window when the episode
+        ended (as ``on_transition`` does with the general path's transitions)."""
+        window = self._window
+        window.append((prev[0], prev[1], self._reward_value(prev[2]), next_obs, terminal))
+        if ended:
+            self._store_rows(self._window_rows())
+        elif len(window) == self.config.n_step:
+            gamma = self.config.gamma if self.config.gamma is not None else 1.0
+            row = _n_step_row(window, 0, gamma)
+            del window[0]
+            self._store_rows([row])
+
+    def _window_rows(self) -> list[tuple[np.ndarray, Any, float, np.ndarray, bool, int]]:
+        """The row of every transition of the window, each summed to the window's end; empties it."""
+        gamma = self.config.gamma if self.config.gamma is not None else 1.0
+        rows = [_n_step_row(self._window, t, gamma) for t in range(len(self._window))]
+        self._window = []
+        return rows
+
+    def _store_rows(self, rows: list[tuple[np.ndarray, Any, float, np.ndarray, bool, int]]) -> None:
+        """:meth:`_store` of the window's n-step rows (obs, action, return, next obs, terminal, steps)."""
+        add = self.buffer.add_transition
+        if self.config.learn_trigger is LearnTrigger.THREAD:
+            self._raise_learner_error()
+            with self._lock:
+                for obs, action, ret, after, terminal, steps in rows:
+                    add(obs, action, ret, after, terminal, steps)
+                self._since_learn += len(rows)
+            self._wake_learner()
+            return
+        for obs, action, ret, after, terminal, steps in rows:
+            add(obs, action, ret, after, terminal, steps)
+        self._since_learn += len(rows)
+        if self.config.learn_trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
+            self.learn()
 
     def _store_transition(self, prev: tuple[np.ndarray, Any, float], next_obs: np.ndarray, terminal: bool) -> None:
         """:meth:`_store` of the one-row path: the transition ``prev`` -> ``next_obs``, then the learning schedule."""
@@ -1195,6 +1268,19 @@ class ExpReplayHelper(AgentHelper):
             # Rows the agent added meanwhile (LearnTrigger.THREAD) may have replaced some sampled ones.
             self.buffer.update_priorities(idx, result.per_sample[key], sampled_at=sampled_at)
         return result
+
+
+def _n_step_row(
+    window: list[tuple[np.ndarray, Any, float, np.ndarray, bool]], t: int, gamma: float
+) -> tuple[np.ndarray, Any, float, np.ndarray, bool, int]:
+    """The n-step row of transition ``t`` of ``window`` summed to the window's end: (obs, action, return,
+    next obs, terminal, steps). The sum is :func:`n_step_return`'s, float for float in the same order."""
+    total, discount = 0.0, 1.0
+    for i in range(t, len(window)):
+        total = total + discount * window[i][2]
+        discount *= gamma
+    last = window[-1]
+    return window[t][0], window[t][1], total, last[3], last[4], len(window) - t
 
 
 _ON_POLICY_ROW_PATH = (
