@@ -366,6 +366,12 @@ def run_parl(problem: Problem, seed: int, quick: int) -> RunResult:
         return solved
 
     report = manager.run(stop_when=stop_when)
+    if protocol.solved_at_steps is None and protocol.due(report.steps):
+        # The agents spent the step budget between two polls, with an evaluation due: it is taken now, at
+        # the run's last step count, as the next poll would have taken it (a short run can end in one poll).
+        with algorithm.model.learn_lock:
+            if protocol.step(report.steps, evaluate):
+                solved_state.append(algorithm.state_snapshot())
     total_seconds = time.monotonic() - start
     if solved_state:
         algorithm.set_state_dict(solved_state[0])

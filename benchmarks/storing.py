@@ -9,7 +9,8 @@ one ``ReplayBuffer`` with a single ``add``. Rows per env (N=64 agents):
 
 - the vector loop with a uniform buffer (reference), and the agent path's ``ExpReplayHelper`` on its
   one-row path (``ReplayBuffer.add_transition``) and on the general path (a subclass that hooks
-  transitions: a record per step, a one-row batch per transition, the buffer's checks of it);
+  transitions: a record per step, a one-row batch per transition, the buffer's checks of it), with
+  one-step rows and with 3-step returns (``n_step=3``; the reference keeps one-step rows);
 - the vector loop with a ``PrioritizedReplayBuffer`` (reference), and the helper with
   ``prioritized=True``.
 
@@ -44,10 +45,15 @@ so both sides write into a full ring, as a long run does."""
 REFERENCE = "vector loop + ReplayBuffer.add (reference)"
 GENERAL = "agent path, coroutines, ExpReplayHelper, general path"
 ONE_ROW = "agent path, coroutines, ExpReplayHelper"
+N_STEP_GENERAL = "agent path, coroutines, ExpReplayHelper(n_step=3), general path"
+N_STEP = "agent path, coroutines, ExpReplayHelper(n_step=3)"
 REFERENCE_PRIORITIZED = "vector loop + PrioritizedReplayBuffer.add (reference)"
 PRIORITIZED = "agent path, coroutines, ExpReplayHelper(prioritized=True)"
 
-PAIRS: list[tuple[str, list[str]]] = [(REFERENCE, [GENERAL, ONE_ROW]), (REFERENCE_PRIORITIZED, [PRIORITIZED])]
+PAIRS: list[tuple[str, list[str]]] = [
+    (REFERENCE, [GENERAL, ONE_ROW, N_STEP_GENERAL, N_STEP]),
+    (REFERENCE_PRIORITIZED, [PRIORITIZED]),
+]
 """Each reference and the agent-path rows measured against it, in the order of a round."""
 
 
@@ -119,8 +125,16 @@ def reference(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: fl
 def agent_storing(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float, row: str) -> dict:
     """Env steps/s and CPU µs per step of ``n`` GymAgents on the coroutine runtime whose replay helpers
     store every transition and never learn."""
-    helper: Callable[..., parl.AgentHelper] = GeneralPathReplay if row == GENERAL else parl.ExpReplayHelper
-    config = parl.ExpReplayConfig(capacity=CAPACITY, learning_starts=10**12, prioritized=row == PRIORITIZED)
+    general = row in (GENERAL, N_STEP_GENERAL)
+    helper: Callable[..., parl.AgentHelper] = GeneralPathReplay if general else parl.ExpReplayHelper
+    n_step = 3 if row in (N_STEP_GENERAL, N_STEP) else 1
+    config = parl.ExpReplayConfig(
+        capacity=CAPACITY,
+        learning_starts=10**12,
+        prioritized=row == PRIORITIZED,
+        n_step=n_step,
+        gamma=0.99 if n_step > 1 else None,
+    )
     manager = agent_manager(
         make_env,
         obs_dim,
@@ -192,8 +206,9 @@ def markdown(rows: list[dict[str, Any]], quick: bool) -> str:
         "the coroutine runtime, each with its own `ExpReplayHelper` (1,000 rows; the reference's buffer",
         "holds N times that), which never reaches `learning_starts`. 'General path': the helper made to",
         "build a record per step and a one-row batch per transition, which the buffer checks (what every",
-        "step did before the one-row path). Ratio: to the reference runs just before and after each run",
-        "(medians over the runs, lowest and highest in brackets).",
+        "step did before the one-row path). `n_step=3` rows sum 3-step returns (the reference keeps",
+        "one-step rows, so those ratios include that work). Ratio: to the reference runs just before and",
+        "after each run (medians over the runs, lowest and highest in brackets).",
         "",
         "| env | row | N | runs | steps/s | ratio to its reference | CPU µs per step |",
         "|---|---|---|---|---|---|---|",

@@ -219,6 +219,22 @@ def test_a_solved_parl_run_scores_the_parameters_that_solved(monkeypatch: pytest
     assert result.final_return >= 1.0
 
 
+def test_an_evaluation_due_when_the_run_ends_between_polls_is_taken_at_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    easy = replace(PROBLEMS["cartpole_dqn"], threshold=1.0)
+    real_build = learning._build_parl_manager
+
+    def build(problem, seed, max_steps):  # type: ignore[no-untyped-def]
+        manager = real_build(problem, seed, max_steps)
+        real_run = manager.run
+        manager.run = lambda stop_when=None: real_run()  # type: ignore[method-assign]  # no poll sees it due
+        return manager
+
+    monkeypatch.setattr(learning, "_build_parl_manager", build)
+    result = learning.run_parl(easy, seed=0, quick=400)
+    assert result.solved and result.steps_to_threshold == result.total_steps >= 200
+    assert [steps for steps, _, _ in result.history] == [result.total_steps]
+
+
 def test_a_merged_report_says_which_run_measured_each_problem() -> None:
     results: dict[str, Any] = {
         "date": "2026-11-24 08:11",
