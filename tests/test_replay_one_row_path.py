@@ -81,8 +81,11 @@ def _same_buffers(a: ReplayBuffer, b: ReplayBuffer) -> None:
         for key in sa["data"][group]:
             np.testing.assert_array_equal(sa["data"][group][key], sb["data"][group][key], err_msg=f"{group}/{key}")
     np.testing.assert_array_equal(sa["terminal"], sb["terminal"])
+    assert (sa["bootstrap_steps"] is None) == (sb["bootstrap_steps"] is None)
+    if sa["bootstrap_steps"] is not None:
+        np.testing.assert_array_equal(sa["bootstrap_steps"], sb["bootstrap_steps"])
     if isinstance(a, PrioritizedReplayBuffer):
-        assert isinstance(b, PrioritizedReplayBuffer)
+        assert isinstance(b, PrioritizedReplayBuffer) and a.max_priority == b.max_priority
         np.testing.assert_array_equal(a.tree.values(np.arange(a.capacity)), b.tree.values(np.arange(b.capacity)))
         np.testing.assert_array_equal(a._row_id, b._row_id)
 
@@ -424,3 +427,135 @@ def test_on_policy_one_row_path_is_off_for_a_class_that_changes_a_step() -> None
             return super().learn()
 
     assert not OwnLearn("RL", w.create_communicator(0))._row_fast
+
+
+# ------------------------------------------------------------------ edge cases a review found
+
+
+def _play(helper: parl.AgentHelper, length: int = 5, reward: float | None = None, catch: type | None = None) -> int:
+    """One CounterEnv episode of act()/store_step (the reward replaced by ``reward``); returns the errors of
+    type ``catch`` the store calls raised and the loop caught, as an agent that goes on would."""
+    errors = 0
+    helper.start_episode()
+    env = CounterEnv(tag=1, length=length)
+    obs, _ = env.reset()
+    while True:
+        obs, r, terminated, truncated, _ = env.step(helper.act(obs))
+        calls = [lambda r=r: helper.store_step(float(r) if reward is None else reward)]
+        if terminated or truncated:
+            calls.append(lambda obs=obs, end=terminated: helper.store_final({"obs": obs}, end))
+        for call in calls:
+            try:
+                call()
+            except Exception as exc:
+                if catch is None or not isinstance(exc, catch):
+                    raise
+                errors += 1
+        if terminated or truncated:
+            return errors
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_a_reward_a_float32_field_cannot_hold_is_refused_on_both_paths(wrapper, n_step: int) -> None:
+    config = parl.ExpReplayConfig(learning_starts=10**6, n_step=n_step, gamma=0.9 if n_step > 1 else None)
+    for reward in (1e39, 3e38):  # too large for float32 itself; and a 3-step sum of it that overflows
+        fast, general = _pair(wrapper, config)
+        if reward == 3e38 and n_step == 1:
+            _play(fast, reward=reward)
+            _play(general, reward=reward)  # storable as it is
+        else:
+            for helper in (fast, general):
+                with pytest.raises(parl.SpecError, match="reward"):
+                    _play(helper, reward=reward)
+        _same_buffers(fast.buffer, general.buffer)
+
+
+@pytest.mark.timeout(60)
+def test_a_numpy_float32_gamma_sums_as_the_general_path_sums(wrapper) -> None:
+    config = parl.ExpReplayConfig(capacity=100, learning_starts=10**6, n_step=3, gamma=np.float32(0.97))  # type: ignore[arg-type]
+    fast, general = _pair(wrapper, config)
+    for helper in (fast, general):
+        _episode(helper, ThirdsEnv(tag=1, length=8))
+    _same_buffers(fast.buffer, general.buffer)
+
+
+@pytest.mark.timeout(60)
+def test_a_learn_that_raises_leaves_no_step_to_chain_twice(wrapper) -> None:
+    # Prioritized replay whose learn fails (the echo algorithm returns no td_error), every step; the agent
+    # catches the error and goes on: each transition is still stored once, from its own step.
+    config = parl.ExpReplayConfig(capacity=100, batch_size=2, learning_starts=2, learn_every=1, prioritized=True)
+    fast, general = _pair(wrapper, config)
+    for helper in (fast, general):
+        assert _play(helper, length=5, catch=ValueError) > 0
+        rows = helper.buffer.gather(np.arange(len(helper.buffer)))
+        assert list(zip(rows.inputs["obs"][:, 1], rows.next_inputs["obs"][:, 1])) == [(t, t + 1) for t in range(5)]
+
+
+def test_a_buffer_subclass_with_its_own_add_gets_every_row_through_it(wrapper) -> None:
+    class CountingBuffer(ReplayBuffer):
+        adds = 0
+
+        def add(self, batch: TrainingBatch) -> np.ndarray:
+            CountingBuffer.adds += 1
+            return super().add(batch)
+
+    assert not CountingBuffer(4, OBS, ACT, REW).takes_transitions
+    assert (
+        ReplayBuffer(4, OBS, ACT, REW).takes_transitions and PrioritizedReplayBuffer(4, OBS, ACT, REW).takes_transitions
+    )
+
+    class OwnBuffer(parl.ExpReplayHelper):  # replaces its buffer after the helper chose its path
+        def __init__(self, name: str, comm: parl.Communicator, config: parl.ExpReplayConfig) -> None:
+            super().__init__(name, comm, config)
+            self.buffer = CountingBuffer(config.capacity, self.input_specs, self.action_specs, self.reward_specs)
+
+    helper = OwnBuffer("RL", wrapper.create_communicator(0), parl.ExpReplayConfig(learning_starts=10**6))
+    _play(helper, length=5)
+    assert len(helper.buffer) == 5 and CountingBuffer.adds == 5
+
+
+def test_a_task_without_reward_fields_still_stores_through_the_general_path() -> None:
+    from test_agent_group_fakes import EchoModel
+
+    class NoRewardModel(EchoModel):
+        def reward_specs(self) -> list[FieldSpec]:
+            return []
+
+    class NoRewardEcho(EchoAlgorithm):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = NoRewardModel()
+
+    w = parl.ComputationWrapper(parl.ComputationTask("RL", NoRewardEcho()), parl.WrapperConfig(poll_s=0.01))
+    w.start()
+    try:
+        helper = parl.ExpReplayHelper("RL", w.create_communicator(0), parl.ExpReplayConfig(learning_starts=10**6))
+        assert not helper._row_fast
+        helper.start_episode()
+        obs = np.array([1.0, 0.0], np.float32)
+        helper.act(obs)
+        helper.store_step({})
+        helper.store_final({"obs": obs}, True)
+        assert len(helper.buffer) == 1
+    finally:
+        w.stop()
+
+
+def test_replay_config_refuses_a_capacity_below_n_step() -> None:
+    with pytest.raises(ValueError, match="capacity .2. must hold at least n_step .3."):
+        parl.ExpReplayConfig(capacity=2, n_step=3, gamma=0.9)
+
+
+def test_a_prioritized_buffer_pickles_and_copies_with_its_tree() -> None:
+    import copy
+    import pickle
+
+    buf = PrioritizedReplayBuffer(8, OBS, ACT, REW)
+    for i in range(5):
+        buf.add_transition(np.array([i, -i], np.float32), np.int64(i), 0.5, np.zeros(2, np.float32), False)
+    buf.update_priorities(np.array([1, 3]), np.array([2.0, 0.5]))
+    for clone in (pickle.loads(pickle.dumps(buf)), copy.deepcopy(buf)):
+        _same_buffers(buf, clone)
+        clone.tree.set(0, 7.0)  # the clone's own arrays, through its own views
+        assert clone.tree.values(np.array([0]))[0] == 7.0 and buf.tree.values(np.array([0]))[0] != 7.0

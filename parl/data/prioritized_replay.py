@@ -40,6 +40,17 @@ class SumTree:
         self._sum_items = self._sum.data.cast("B").cast("d")
         self._min_items = self._min.data.cast("B").cast("d")
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The memoryviews are not picklable; they are views of the arrays, made again on unpickling.
+        state = dict(self.__dict__)
+        del state["_sum_items"], state["_min_items"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._sum_items = self._sum.data.cast("B").cast("d")
+        self._min_items = self._min.data.cast("B").cast("d")
+
     @property
     def total(self) -> float:
         """The sum of all leaves."""

@@ -76,8 +76,12 @@ class ReplayBuffer:
 
     @property
     def takes_transitions(self) -> bool:
-        """Whether :meth:`add_transition` applies: one input, one action and one reward field, no states or extras."""
-        return self._single is not None
+        """Whether :meth:`add_transition` applies: one input, one action and one reward field, no states or
+        extras, and no subclass's own :meth:`add` that ``add_transition`` would pass by."""
+        cls = type(self)
+        add_owner = next(k for k in cls.__mro__ if "add" in vars(k))
+        row_owner = next(k for k in cls.__mro__ if "add_transition" in vars(k))
+        return self._single is not None and issubclass(row_owner, add_owner)
 
     def __len__(self) -> int:
         return self._size

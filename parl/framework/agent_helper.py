@@ -350,10 +350,11 @@ class AgentHelper:
             else:
                 record["extras"] = self._check(extras, self.extra_specs, "extras") if self.extra_specs or extras else {}
         self._step_open = False  # recorded (a step that failed its checks stays open)
-        prev = self._prev
+        # This record is the next transition's start before the hooks run: a hook that raises (a learn
+        # that fails) leaves no earlier step to chain again to the next one.
+        prev, self._prev = self._prev, record if game_over == _NOT_OVER else None
         if prev is not None and prev["game_over"] == _NOT_OVER and self._wants_transitions:
             self._completed(prev, record)
-        self._prev = record if game_over == _NOT_OVER else None
         if game_over != _NOT_OVER:
             self.on_episode_end(game_over)
 
@@ -713,7 +714,7 @@ class OnPolicyHelper(AgentHelper):
             answer = act[1]
             prev, self._fast_prev = self._fast_prev, (answer, act[2], rewards)
             self._step_open = False
-            self._answer, self._act = answer, None  # as a recorded act() step leaves them (last_prediction)
+            self._answer, self._act, self._accepted_pairs = answer, None, ()  # see ExpReplayHelper.store_step
             if prev is not None:
                 rows = self._rows
                 rows.append([prev, answer[0], _NOT_OVER, False])
@@ -866,6 +867,11 @@ class ExpReplayConfig:
             raise ValueError("ExpReplayConfig: capacity, batch_size and learn_every must be >= 1, learning_starts >= 0")
         if self.n_step < 1:
             raise ValueError(f"ExpReplayConfig.n_step must be >= 1, got {self.n_step}")
+        if self.capacity < self.n_step:
+            raise ValueError(
+                f"ExpReplayConfig.capacity ({self.capacity}) must hold at least n_step ({self.n_step}) rows: an "
+                "episode's end stores up to n_step rows at once"
+            )
         if self.n_step > 1 and self.gamma is None:
             raise ValueError(
                 f"ExpReplayConfig(n_step={self.n_step}) needs gamma, the discount of the reward sums; set it to the "
@@ -902,7 +908,7 @@ class ExpReplayHelper(AgentHelper):
     # also keeps the instance dict within the 30 keys CPython shares among a class's instances.
     __slots__ = (
         "config", "buffer", "rng", "_since_learn", "_lock", "_pending", "_row_fast", "_row_check", "_fast_prev",
-        "_window", "_reward_value",
+        "_window", "_reward_value", "_reward_limit", "_row_buffer",
     )  # fmt: skip
 
     def __init__(self, name: str, comm: Communicator, config: ExpReplayConfig | None = None) -> None:
@@ -964,12 +970,19 @@ class ExpReplayHelper(AgentHelper):
         self._window: list[tuple[np.ndarray, Any, float, np.ndarray, bool]] = []
         reward_type = self._scalar_reward.np_dtype.type if self._scalar_reward is not None else np.float32
         self._reward_value: Callable[[float], float] = lambda r: float(reward_type(r))
+        # A reward, or an n-step return, that the field stores as a finite value lies strictly within this
+        # (NaN and inf never do); inf where the field may hold NaN/inf.
+        allow = self._scalar_reward is None or self._scalar_reward.allow_nan
+        self._reward_limit = math.inf if allow else _finite_limit(np.dtype(reward_type))
+        # The buffer class the path writes to: a buffer replaced later takes the general path.
+        self._row_buffer: type | None = type(self.buffer) if self._row_fast else None
 
     def start_episode(self) -> None:
-        # An episode cut by the agent (no store_final) leaves transitions waiting: store them, bootstrapped.
+        # An episode cut by the agent (no store_final) leaves transitions waiting: store them, bootstrapped
+        # (taken out first: a store that fails does not leave them to be stored again).
         if self._pending:
-            self._store(self._n_step_rows(self._pending, len(self._pending)))
-            self._pending = []
+            pending, self._pending = self._pending, []
+            self._store(self._n_step_rows(pending, len(pending)))
         if self._window:
             self._store_rows(self._window_rows())
         self._fast_prev = None  # as the general path's record: the cut episode's last step has no next state
@@ -985,14 +998,17 @@ class ExpReplayHelper(AgentHelper):
             and not self._pending
             and extras is None
             and type(rewards) is float
-            and (rewards - rewards == 0.0 or self._scalar_reward.allow_nan)  # type: ignore[union-attr]
+            and -self._reward_limit < rewards < self._reward_limit
+            and type(self.buffer) is self._row_buffer
         ):
-            # The one-row path: act() checked the observation and the task made the action; a float minus
-            # itself is 0.0 exactly when it is finite.
+            # The one-row path: act() checked the observation and the task made the action; the reward is
+            # one the field stores as a finite value (anything else gets the general path's error).
             answer = act[1]
             prev, self._fast_prev = self._fast_prev, (answer[0], act[2], rewards)
             self._step_open = False
-            self._answer, self._act = answer, None  # as a recorded act() step leaves them (last_prediction)
+            # As a recorded act() step leaves them (last_prediction); no earlier predict's objects are taken
+            # for checked ones by a later store_data.
+            self._answer, self._act, self._accepted_pairs = answer, None, ()
             if prev is not None:
                 if self.config.n_step == 1:
                     self._store_transition(prev, answer[0], False)
@@ -1004,7 +1020,13 @@ class ExpReplayHelper(AgentHelper):
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         prev = self._fast_prev
-        if prev is not None and not self._pending and type(inputs) is dict and len(inputs) == 1:
+        if (
+            prev is not None
+            and not self._pending
+            and type(inputs) is dict
+            and len(inputs) == 1
+            and type(self.buffer) is self._row_buffer
+        ):
             key, shape, dtype, finite = self._row_check
             arr = inputs.get(key)
             if (
@@ -1040,8 +1062,10 @@ class ExpReplayHelper(AgentHelper):
     def _flush_fast(self) -> None:
         """Hand what the one-row path keeps to the general path: the pending step as the record store_data
         makes of it, and the window's transitions as the one-row batches the records give."""
+        if self._fast_prev is None and not self._window:
+            return
         key, action_key = self._row_check[0], self._act_name
-        reward_key = self.reward_specs[0].name
+        reward_key = self.reward_specs[0].name  # the path runs only with one reward field
         for obs, action, reward, after, terminal in self._window:
             self._pending.append(
                 TrainingBatch(
@@ -1082,20 +1106,29 @@ class ExpReplayHelper(AgentHelper):
         if ended:
             self._store_rows(self._window_rows())
         elif len(window) == self.config.n_step:
-            gamma = self.config.gamma if self.config.gamma is not None else 1.0
+            gamma = float(self.config.gamma) if self.config.gamma is not None else 1.0
             row = _n_step_row(window, 0, gamma)
             del window[0]
             self._store_rows([row])
 
     def _window_rows(self) -> list[tuple[np.ndarray, Any, float, np.ndarray, bool, int]]:
         """The row of every transition of the window, each summed to the window's end; empties it."""
-        gamma = self.config.gamma if self.config.gamma is not None else 1.0
+        gamma = float(self.config.gamma) if self.config.gamma is not None else 1.0  # a numpy float would round
         rows = [_n_step_row(self._window, t, gamma) for t in range(len(self._window))]
         self._window = []
         return rows
 
     def _store_rows(self, rows: list[tuple[np.ndarray, Any, float, np.ndarray, bool, int]]) -> None:
         """:meth:`_store` of the window's n-step rows (obs, action, return, next obs, terminal, steps)."""
+        limit = self._reward_limit
+        for row in rows:
+            if not -limit < row[2] < limit:
+                # What the buffer's check of the general path's batch refuses: nothing is stored.
+                spec = self.reward_specs[0]
+                raise SpecError(
+                    f"agent {self.agent_id}, task {self.name!r}, rewards field {spec.name!r}: an n-step return "
+                    f"of {row[2]} is not finite as {spec.dtype}"
+                )
         add = self.buffer.add_transition
         if self.config.learn_trigger is LearnTrigger.THREAD:
             self._raise_learner_error()
@@ -1270,6 +1303,16 @@ class ExpReplayHelper(AgentHelper):
         return result
 
 
+def _finite_limit(dtype: np.dtype) -> float:
+    """The bound ``x`` stays strictly within (``-limit < x < limit``) exactly when ``x`` rounds to a finite
+    value of the float ``dtype``: its largest value plus half a unit in the last place (a tie rounds to
+    even, which is infinity there)."""
+    info = np.finfo(dtype)
+    if info.bits >= 64:
+        return math.inf
+    return float(info.max) + 2.0 ** (int(info.maxexp) - int(info.nmant) - 2)
+
+
 def _n_step_row(
     window: list[tuple[np.ndarray, Any, float, np.ndarray, bool]], t: int, gamma: float
 ) -> tuple[np.ndarray, Any, float, np.ndarray, bool, int]:
@@ -1284,11 +1327,15 @@ def _n_step_row(
 
 
 _ON_POLICY_ROW_PATH = (
-    "store_step", "store_final", "store_data", "_completed", "on_transition", "on_episode_end", "learn", "ready"
+    "store_step", "store_final", "store_data", "_completed", "on_transition", "on_episode_end", "learn", "ready",
+    "_transition", "_reward_fields", "_extras_from_prediction",
 )  # fmt: skip
 """What a step of :class:`OnPolicyHelper`'s one-row path stands in for (see :data:`_ROW_PATH`)."""
 
-_ROW_PATH = ("store_step", "store_final", "store_data", "on_transition", "_completed", "on_episode_end", "_store")
+_ROW_PATH = (
+    "store_step", "store_final", "store_data", "on_transition", "_completed", "on_episode_end", "_store",
+    "_transition", "_n_step_rows", "_reward_fields",
+)  # fmt: skip
 """What a step of :class:`ExpReplayHelper`'s one-row path stands in for: a subclass that changes any of it
 takes the general path."""
 
