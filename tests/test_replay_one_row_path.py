@@ -456,6 +456,7 @@ def _play(helper: parl.AgentHelper, length: int = 5, reward: float | None = None
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the general path's float32 casts
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_a_reward_a_float32_field_cannot_hold_is_refused_on_both_paths(wrapper, n_step: int) -> None:
     config = parl.ExpReplayConfig(learning_starts=10**6, n_step=n_step, gamma=0.9 if n_step > 1 else None)
