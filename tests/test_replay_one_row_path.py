@@ -472,13 +472,52 @@ def test_a_reward_a_float32_field_cannot_hold_is_refused_on_both_paths(wrapper, 
         _same_buffers(fast.buffer, general.buffer)
 
 
+class RandomRewardEnv(CounterEnv):
+    """CounterEnv with rewards drawn from a seeded generator (the same sequence for every copy)."""
+
+    def __init__(self, tag: float, length: int) -> None:
+        super().__init__(tag=tag, length=length)
+        self.rng = np.random.default_rng(7)
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, float(self.rng.random() * 3.0), terminated, truncated, info
+
+
 @pytest.mark.timeout(60)
 def test_a_numpy_float32_gamma_sums_as_the_general_path_sums(wrapper) -> None:
     config = parl.ExpReplayConfig(capacity=100, learning_starts=10**6, n_step=3, gamma=np.float32(0.97))  # type: ignore[arg-type]
+    assert type(config.gamma) is float
     fast, general = _pair(wrapper, config)
     for helper in (fast, general):
-        _episode(helper, ThirdsEnv(tag=1, length=8))
+        _episode(helper, RandomRewardEnv(tag=1, length=40))
     _same_buffers(fast.buffer, general.buffer)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the general path's float32 cast
+def test_a_reward_field_that_allows_inf_keeps_an_infinite_n_step_return_on_both_paths() -> None:
+    from test_agent_group_fakes import EchoModel
+
+    class AllowInfModel(EchoModel):
+        def reward_specs(self) -> list[FieldSpec]:
+            return [FieldSpec("reward", (), "float32", allow_nan=True)]
+
+    class AllowInfEcho(EchoNStep):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = AllowInfModel()
+
+    w = parl.ComputationWrapper(parl.ComputationTask("RL", AllowInfEcho()), parl.WrapperConfig(poll_s=0.01))
+    w.start()
+    try:
+        fast, general = _pair(w, parl.ExpReplayConfig(learning_starts=10**6, n_step=3, gamma=0.9))
+        for helper in (fast, general):
+            _play(helper, reward=3e38)  # each reward fits float32; their 3-step sums do not
+        _same_buffers(fast.buffer, general.buffer)
+        assert np.isinf(fast.buffer.gather(np.arange(5)).rewards["reward"]).any()
+    finally:
+        w.stop()
 
 
 @pytest.mark.timeout(60)
@@ -514,6 +553,17 @@ def test_a_buffer_subclass_with_its_own_add_gets_every_row_through_it(wrapper) -
     helper = OwnBuffer("RL", wrapper.create_communicator(0), parl.ExpReplayConfig(learning_starts=10**6))
     _play(helper, length=5)
     assert len(helper.buffer) == 5 and CountingBuffer.adds == 5
+
+    # Replaced while the one-row path keeps rows (n-step, in the middle of an episode): a cut episode's
+    # rows still go through the new buffer's add.
+    CountingBuffer.adds = 0
+    nstep = parl.ExpReplayHelper(
+        "RL", wrapper.create_communicator(1), parl.ExpReplayConfig(learning_starts=10**6, n_step=3, gamma=0.9)
+    )
+    _episode(nstep, CounterEnv(tag=2, length=10), steps=3)  # two transitions wait in the window
+    nstep.buffer = CountingBuffer(10, OBS, ACT, REW)
+    nstep.start_episode()
+    assert len(nstep.buffer) == 2 and CountingBuffer.adds == 1 and len(nstep._window) == 0
 
 
 def test_a_task_without_reward_fields_still_stores_through_the_general_path() -> None:

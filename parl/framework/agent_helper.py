@@ -879,6 +879,9 @@ class ExpReplayConfig:
             )
         if self.gamma is not None and not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"ExpReplayConfig.gamma must be in [0, 1], got {self.gamma}")
+        if self.gamma is not None:
+            # A Python float: a numpy float32 would make the n-step sums float32 (numpy's scalar promotion).
+            self.gamma = float(self.gamma)
         if self.alpha < 0 or not 0.0 <= self.beta0 <= 1.0 or self.beta_steps < 1 or self.priority_eps <= 0:
             raise ValueError("ExpReplayConfig: needs alpha >= 0, 0 <= beta0 <= 1, beta_steps >= 1, priority_eps > 0")
 
@@ -908,7 +911,7 @@ class ExpReplayHelper(AgentHelper):
     # also keeps the instance dict within the 30 keys CPython shares among a class's instances.
     __slots__ = (
         "config", "buffer", "rng", "_since_learn", "_lock", "_pending", "_row_fast", "_row_check", "_fast_prev",
-        "_window", "_reward_value", "_reward_limit", "_row_buffer",
+        "_window", "_reward_value", "_reward_limit", "_check_returns", "_row_buffer",
     )  # fmt: skip
 
     def __init__(self, name: str, comm: Communicator, config: ExpReplayConfig | None = None) -> None:
@@ -974,10 +977,13 @@ class ExpReplayHelper(AgentHelper):
         # (NaN and inf never do); inf where the field may hold NaN/inf.
         allow = self._scalar_reward is None or self._scalar_reward.allow_nan
         self._reward_limit = math.inf if allow else _finite_limit(np.dtype(reward_type))
+        self._check_returns = not allow  # whether an n-step return the field cannot hold is refused
         # The buffer class the path writes to: a buffer replaced later takes the general path.
         self._row_buffer: type | None = type(self.buffer) if self._row_fast else None
 
     def start_episode(self) -> None:
+        if type(self.buffer) is not self._row_buffer:
+            self._flush_fast()  # a buffer replaced since: what the one-row path keeps goes through its add
         # An episode cut by the agent (no store_final) leaves transitions waiting: store them, bootstrapped
         # (taken out first: a store that fails does not leave them to be stored again).
         if self._pending:
@@ -1122,7 +1128,7 @@ class ExpReplayHelper(AgentHelper):
         """:meth:`_store` of the window's n-step rows (obs, action, return, next obs, terminal, steps)."""
         limit = self._reward_limit
         for row in rows:
-            if not -limit < row[2] < limit:
+            if self._check_returns and not -limit < row[2] < limit:
                 # What the buffer's check of the general path's batch refuses: nothing is stored.
                 spec = self.reward_specs[0]
                 raise SpecError(
@@ -1328,13 +1334,13 @@ def _n_step_row(
 
 _ON_POLICY_ROW_PATH = (
     "store_step", "store_final", "store_data", "_completed", "on_transition", "on_episode_end", "learn", "ready",
-    "_transition", "_reward_fields", "_extras_from_prediction",
+    "_reward_fields", "_extras_from_prediction", "_check", "_plain_input", "_returned", "_step_of_act",
 )  # fmt: skip
 """What a step of :class:`OnPolicyHelper`'s one-row path stands in for (see :data:`_ROW_PATH`)."""
 
 _ROW_PATH = (
     "store_step", "store_final", "store_data", "on_transition", "_completed", "on_episode_end", "_store",
-    "_transition", "_n_step_rows", "_reward_fields",
+    "_transition", "_n_step_rows", "_reward_fields", "_check", "_plain_input", "_returned", "_step_of_act",
 )  # fmt: skip
 """What a step of :class:`ExpReplayHelper`'s one-row path stands in for: a subclass that changes any of it
 takes the general path."""
