@@ -5,6 +5,7 @@ stores, whatever the mix of calls, triggers and buffers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -33,14 +34,21 @@ class EchoNStep(EchoAlgorithm):
     uses_bootstrap_steps = True
 
 
+@contextmanager
+def _live(algo: parl.Algorithm) -> Iterator[parl.ComputationWrapper]:
+    """A started wrapper of task "RL" on ``algo``, stopped on exit."""
+    w = parl.ComputationWrapper(parl.ComputationTask("RL", algo), parl.WrapperConfig(train_max_wait_s=0.0, poll_s=0.01))
+    w.start()
+    try:
+        yield w
+    finally:
+        w.stop()
+
+
 @pytest.fixture
 def wrapper() -> Iterator[parl.ComputationWrapper]:
-    w = parl.ComputationWrapper(
-        parl.ComputationTask("RL", EchoNStep()), parl.WrapperConfig(train_max_wait_s=0.0, poll_s=0.01)
-    )
-    w.start()
-    yield w
-    w.stop()
+    with _live(EchoNStep()) as w:
+        yield w
 
 
 def _pair(
@@ -360,15 +368,12 @@ class GeneralOnPolicy(Sent, parl.OnPolicyHelper):
 def on_policy_pair(request: pytest.FixtureRequest) -> Iterator[tuple[parl.OnPolicyHelper, parl.OnPolicyHelper]]:
     """A one-row path helper and a general path one on one live wrapper (``request.param``: (extras, config))."""
     extras, config = request.param
-    algo = EchoWithExtras() if extras else EchoAlgorithm()
-    w = parl.ComputationWrapper(parl.ComputationTask("RL", algo), parl.WrapperConfig(poll_s=0.01))
-    w.start()
-    fast = FastOnPolicy("RL", w.create_communicator(0), config)
-    general = GeneralOnPolicy("RL", w.create_communicator(1), config)
-    fast.sent, general.sent = [], []
-    assert fast._row_fast and not general._row_fast
-    yield fast, general
-    w.stop()
+    with _live(EchoWithExtras() if extras else EchoAlgorithm()) as w:
+        fast = FastOnPolicy("RL", w.create_communicator(0), config)
+        general = GeneralOnPolicy("RL", w.create_communicator(1), config)
+        fast.sent, general.sent = [], []
+        assert fast._row_fast and not general._row_fast
+        yield fast, general
 
 
 def _same_batches(a: list[TrainingBatch], b: list[TrainingBatch]) -> None:
@@ -508,16 +513,12 @@ def test_a_reward_field_that_allows_inf_keeps_an_infinite_n_step_return_on_both_
             super().__init__()
             self.model = AllowInfModel()
 
-    w = parl.ComputationWrapper(parl.ComputationTask("RL", AllowInfEcho()), parl.WrapperConfig(poll_s=0.01))
-    w.start()
-    try:
+    with _live(AllowInfEcho()) as w:
         fast, general = _pair(w, parl.ExpReplayConfig(learning_starts=10**6, n_step=3, gamma=0.9))
         for helper in (fast, general):
             _play(helper, reward=3e38)  # each reward fits float32; their 3-step sums do not
         _same_buffers(fast.buffer, general.buffer)
         assert np.isinf(fast.buffer.gather(np.arange(5)).rewards["reward"]).any()
-    finally:
-        w.stop()
 
 
 @pytest.mark.timeout(60)
@@ -578,9 +579,7 @@ def test_a_task_without_reward_fields_still_stores_through_the_general_path() ->
             super().__init__()
             self.model = NoRewardModel()
 
-    w = parl.ComputationWrapper(parl.ComputationTask("RL", NoRewardEcho()), parl.WrapperConfig(poll_s=0.01))
-    w.start()
-    try:
+    with _live(NoRewardEcho()) as w:
         helper = parl.ExpReplayHelper("RL", w.create_communicator(0), parl.ExpReplayConfig(learning_starts=10**6))
         assert not helper._row_fast
         helper.start_episode()
@@ -589,8 +588,6 @@ def test_a_task_without_reward_fields_still_stores_through_the_general_path() ->
         helper.store_step({})
         helper.store_final({"obs": obs}, True)
         assert len(helper.buffer) == 1
-    finally:
-        w.stop()
 
 
 def test_replay_config_refuses_a_capacity_below_n_step() -> None:

@@ -293,6 +293,7 @@ class AgentHelper:
         ``TERMINATED`` or ``TRUNCATED`` and no actions or rewards; see
         :meth:`store_final`.
         """
+        self._flush_fast()
         if game_over is not _NOT_OVER and type(game_over) is not GameOver:
             game_over = GameOver(int(game_over))  # an int (store_final passes a member: no lookup)
         if game_over is _NOT_OVER and self._act is not None:
@@ -516,16 +517,9 @@ class AgentHelper:
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         """Record the final observation of an episode: terminated (True) or truncated (False)."""
         row = self._final_row
-        if row is not None and type(inputs) is dict and len(inputs) == 1:
-            # Once per episode: all store_data does with a final observation when nothing keeps it,
-            # for the one input field (an array of its shape, dtype and, for floats, finite).
-            arr = inputs.get(row[0])
-            if (
-                type(arr) is np.ndarray
-                and arr.shape == row[1]
-                and (arr.dtype is row[2] or arr.dtype == row[2])
-                and (not row[3] or not arr.size or all_finite_array(arr))
-            ):
+        if row is not None:
+            # Once per episode: all store_data does with a final observation when nothing keeps it.
+            if _plain_row(inputs, row) is not None:
                 self._pre_states = None
                 self._step_open = False
                 return
@@ -535,6 +529,10 @@ class AgentHelper:
             self._step_open = False
             return
         self.store_data(inputs, game_over=_TERMINATED if terminated else _TRUNCATED)
+
+    def _flush_fast(self) -> None:
+        """Hand what a subclass's one-row path keeps to the general path (nothing here). Every general
+        record goes through store_data, which calls this first."""
 
     def _completed(self, prev: dict[str, Any], cur: dict[str, Any]) -> None:
         """A transition is complete: ``prev`` and ``cur`` are the records of two consecutive steps.
@@ -595,6 +593,24 @@ def _concat(batches: list[TrainingBatch]) -> TrainingBatch:
     from parl.framework.computation_wrapper import pack_training_batches
 
     return pack_training_batches(batches)[0]
+
+
+def _plain_row(inputs: Mapping[str, Any], check: tuple[str, tuple[int, ...], np.dtype, bool]) -> np.ndarray | None:
+    """The array of a task's one input field in ``inputs`` when it needs no conversion (``check``: the
+    field's name, shape, dtype and whether it must be finite), else None: the check ``store_data`` gives
+    a final observation, in a few comparisons."""
+    if type(inputs) is not dict or len(inputs) != 1:
+        return None
+    key, shape, dtype, finite = check
+    arr = inputs.get(key)
+    if (
+        type(arr) is np.ndarray
+        and arr.shape == shape
+        and (arr.dtype is dtype or arr.dtype == dtype)
+        and (not finite or not arr.size or all_finite_array(arr))
+    ):
+        return arr
+    return None
 
 
 def _stack(values: list[Any]) -> np.ndarray:
@@ -721,20 +737,13 @@ class OnPolicyHelper(AgentHelper):
                 if len(rows) >= self.config.sample_interval and self.config.learn_trigger == LearnTrigger.STORE_DATA:
                     self.learn()
             return
-        self._flush_fast()
         super().store_step(rewards, extras)
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         prev = self._fast_prev
-        if prev is not None and not self._chunk and type(inputs) is dict and len(inputs) == 1:
-            key, shape, dtype, finite = self._row_check
-            arr = inputs.get(key)
-            if (
-                type(arr) is np.ndarray
-                and arr.shape == shape
-                and (arr.dtype is dtype or arr.dtype == dtype)
-                and (not finite or not arr.size or all_finite_array(arr))
-            ):
+        if prev is not None and not self._chunk:
+            arr = _plain_row(inputs, self._row_check)
+            if arr is not None:
                 # The episode's last transition on the one-row path (the check store_data gives a final
                 # observation that needs no conversion), then the send the general path makes at an
                 # episode end: of a full chunk, or of what is left at on_episode_end, once either way.
@@ -745,19 +754,7 @@ class OnPolicyHelper(AgentHelper):
                 if self.config.learn_trigger == LearnTrigger.STORE_DATA:
                     self.learn()
                 return
-        self._flush_fast()
         super().store_final(inputs, terminated)
-
-    def store_data(
-        self,
-        inputs: Mapping[str, Any],
-        actions: Mapping[str, Any] | None = None,
-        rewards: Mapping[str, Any] | float | None = None,
-        game_over: GameOver | int = GameOver.NOT_OVER,
-        extras: Mapping[str, Any] | None = None,
-    ) -> None:
-        self._flush_fast()
-        super().store_data(inputs, actions, rewards, game_over, extras)
 
     def _flush_fast(self) -> None:
         """Hand what the one-row path keeps to the general path: its transitions as chunk entries and its
@@ -1021,26 +1018,13 @@ class ExpReplayHelper(AgentHelper):
                 else:
                     self._window_transition(prev, answer[0], False, ended=False)
             return
-        self._flush_fast()
         super().store_step(rewards, extras)
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         prev = self._fast_prev
-        if (
-            prev is not None
-            and not self._pending
-            and type(inputs) is dict
-            and len(inputs) == 1
-            and type(self.buffer) is self._row_buffer
-        ):
-            key, shape, dtype, finite = self._row_check
-            arr = inputs.get(key)
-            if (
-                type(arr) is np.ndarray
-                and arr.shape == shape
-                and (arr.dtype is dtype or arr.dtype == dtype)
-                and (not finite or not arr.size or all_finite_array(arr))
-            ):
+        if prev is not None and not self._pending and type(self.buffer) is self._row_buffer:
+            arr = _plain_row(inputs, self._row_check)
+            if arr is not None:
                 # The one-row path's last transition of the episode: the check store_data gives a final
                 # observation that needs no conversion.
                 self._fast_prev = None
@@ -1051,19 +1035,7 @@ class ExpReplayHelper(AgentHelper):
                 else:
                     self._window_transition(prev, arr, bool(terminated), ended=True)
                 return
-        self._flush_fast()
         super().store_final(inputs, terminated)
-
-    def store_data(
-        self,
-        inputs: Mapping[str, Any],
-        actions: Mapping[str, Any] | None = None,
-        rewards: Mapping[str, Any] | float | None = None,
-        game_over: GameOver | int = GameOver.NOT_OVER,
-        extras: Mapping[str, Any] | None = None,
-    ) -> None:
-        self._flush_fast()
-        super().store_data(inputs, actions, rewards, game_over, extras)
 
     def _flush_fast(self) -> None:
         """Hand what the one-row path keeps to the general path: the pending step as the record store_data
