@@ -11,6 +11,7 @@ import pytest
 
 import parl
 from examples.cartpole_dqn.model import CartPoleQModel
+from tests.test_agent_group_fakes import EchoAlgorithm
 
 
 def _manager(runtime: str, trigger: parl.LearnTrigger, max_steps: int = 3_000) -> parl.Manager:
@@ -71,3 +72,32 @@ def test_thread_trigger_is_refused_on_the_process_runtime() -> None:
     manager = _manager("processes", parl.LearnTrigger.THREAD)
     with pytest.raises(parl.AgentError, match="LearnTrigger.THREAD needs the agent in the learner process"):
         manager.run()
+
+
+def test_a_failed_learner_thread_fails_every_later_store() -> None:
+    """An agent that catches the learner's error cannot go on storing with nothing learning."""
+    task = parl.ComputationTask("RL", EchoAlgorithm(learn_raises=lambda obs: True))
+    wrapper = parl.ComputationWrapper(task)
+    wrapper.start()
+    trigger = parl.LearnTrigger.THREAD
+    config = parl.ExpReplayConfig(learning_starts=4, learn_every=2, batch_size=2, learn_trigger=trigger)
+    helper = parl.ExpReplayHelper("RL", wrapper.create_communicator(0), config)
+    try:
+        helper.start_episode()
+        obs = np.zeros(2, np.float32)
+        failures = 0
+        deadline = time.monotonic() + 30
+        while failures < 3 and time.monotonic() < deadline:
+            try:
+                helper.act(obs)
+                helper.store_step(1.0)
+            except RuntimeError as exc:
+                assert "the learner thread failed" in str(exc) and "learn refused" in str(exc)
+                failures += 1
+                helper._step_open = False  # the step stays open after a failed store: drop it
+            obs = obs + 1
+            time.sleep(0.001)
+        assert failures == 3
+    finally:
+        helper.close()
+        wrapper.stop()

@@ -356,22 +356,24 @@ def test_prediction_protocol_answers_through_shared_memory_inline_and_with_error
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     expected = task.predict({"obs": obs}, explore=False).actions["action"]
     try:
-        # Arrays in shared memory: an 8-byte request, a one-byte reply, actions in the reply buffer.
+        # Arrays in shared memory: a 12-byte request (5 rows of 3 agents' requests), a one-byte reply,
+        # actions in the reply buffer.
         buffers[0][0].write({"in.obs": obs}, 5)
-        request = _SHM_REQUEST.pack(_SHM, 0, 5, False)
+        request = _SHM_REQUEST.pack(_SHM, 0, 5, 3, False)
         assert _WorkerLink._predict(link, request, buffers) == _OK  # type: ignore[arg-type]
         np.testing.assert_array_equal(buffers[0][1].read(5, copy=True)["act.action"], expected)
         # Arrays in the message (no shared memory): the reply carries the output arrays.
-        reply = _WorkerLink._predict(link, _INLINE + pickle.dumps((0, 5, False, {"obs": obs}, {})), buffers)  # type: ignore[arg-type]
+        reply = _WorkerLink._predict(link, _INLINE + pickle.dumps((0, 5, 5, False, {"obs": obs}, {})), buffers)  # type: ignore[arg-type]
         assert reply[:1] == _INLINE
         np.testing.assert_array_equal(pickle.loads(reply[1:])["act.action"], expected)
         # A request the task refuses: the error and its traceback, for the worker's agents.
-        bad = _INLINE + pickle.dumps((0, 5, False, {"obs": obs[:, :3]}, {}))
+        bad = _INLINE + pickle.dumps((0, 5, 5, False, {"obs": obs[:, :3]}, {}))
         reply = _WorkerLink._predict(link, bad, buffers)  # type: ignore[arg-type]
         assert reply[:1] == _ERROR
         error, tb = pickle.loads(reply[1:])
         assert isinstance(error, Exception) and "Traceback" in tb
-        assert task is not None and link.runtime.wrappers[0].prediction_stats.calls == 2  # type: ignore[attr-defined]
+        stats = link.runtime.wrappers[0].prediction_stats  # type: ignore[attr-defined]
+        assert (stats.calls, stats.requests, stats.samples) == (2, 3 + 5, 10)  # each call's agents' requests
     finally:
         for req, rep in buffers:
             req.close()

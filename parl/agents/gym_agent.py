@@ -74,10 +74,11 @@ class GymAgent(Agent):
                     if budget is not None:
                         budget.release_step()  # a step that did not happen does not use the budget
                     raise
+                # Counted before anything else can raise: the step happened (and used its budget).
+                self.total_steps += 1  # live: the run's step count and evaluation schedule read it
                 if type(reward) is not float:
                     reward = float(reward)
                 episode_return += reward
-                self.total_steps += 1  # live: the run's step count and evaluation schedule read it
                 if terminated or truncated:
                     # Before store_step, which may wait (a helper that learns) and so meet a stop:
                     # the episode is whole all the same.

@@ -265,8 +265,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def set_state_dict(self, state: Mapping[str, Any]) -> None:
         super().set_state_dict(state)
+        order = self._saved_order(state)  # the rows' order as the base class put them back
+        priorities = np.asarray(state["priorities"], np.float64)
+        row_id = np.asarray(state.get("row_id", np.zeros(len(self))), np.int64)
         self.tree = SumTree(self.capacity)
-        self.tree.update(np.arange(len(self)), np.asarray(state["priorities"], np.float64))
+        self.tree.update(np.arange(len(self)), priorities if order is None else priorities[order])
         self.max_priority = float(state["max_priority"])
         self._row_id[:] = 0
-        self._row_id[: len(self)] = np.asarray(state.get("row_id", np.zeros(len(self))), np.int64)
+        self._row_id[: len(self)] = row_id if order is None else row_id[order]

@@ -205,19 +205,41 @@ class ReplayBuffer:
         }
 
     def set_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a buffer saved by :meth:`state_dict` (same specs and capacity)."""
+        """Restore a buffer saved by :meth:`state_dict` (same specs).
+
+        With the same capacity the rows go back where they were. A larger capacity takes a full,
+        wrapped buffer's rows oldest first (so the next rows overwrite the oldest, as they would have);
+        a capacity below the saved row count is refused.
+        """
         size = int(state["size"])
         if size > self.capacity:
             raise ValueError(f"{self.name}: saved buffer holds {size} rows, capacity is {self.capacity}")
+        order = self._saved_order(state)
+
+        def rows(v: Any) -> Any:
+            return v if order is None else np.asarray(v)[order]
+
         for g, d in state["data"].items():
             for k, v in d.items():
-                self._data[g][k][:size] = v
-        self._terminal[:size] = state["terminal"]
+                self._data[g][k][:size] = rows(v)
+        self._terminal[:size] = rows(state["terminal"])
         saved_steps = state.get("bootstrap_steps")
         self._has_steps = saved_steps is not None
         self._steps[:] = 1
         if saved_steps is not None:
-            self._steps[:size] = saved_steps
-        self._next = int(state["next"])
+            self._steps[:size] = rows(saved_steps)
+        self._next = (size if order is not None else int(state["next"])) % self.capacity
         self._size = size
         self.added = int(state["added"])
+
+    def _saved_order(self, state: Mapping[str, Any]) -> np.ndarray | None:
+        """The saved rows oldest first, when their ring cannot keep its layout here, else None.
+
+        A buffer that never wrapped was saved with ``next == size``, and its rows are in order. One that
+        wrapped was full (``size`` was its capacity) and its oldest row is at ``next``: restored into a
+        larger capacity, the ring must start there, or the next add would overwrite a live row.
+        """
+        size, nxt = int(state["size"]), int(state["next"])
+        if nxt < size and size != self.capacity:
+            return np.concatenate([np.arange(nxt, size), np.arange(nxt)])
+        return None

@@ -122,10 +122,10 @@ class Agent:
         if self.action_repeat == 1 and self.step_budget is None:
             # The common case, without the repetition loop (this runs once per agent step).
             step_obs, reward, terminated, truncated, step_info = env.step(action)
+            self.episode_steps += 1  # counted before a conversion can raise: the step happened
+            self.total_steps += 1
             r, term, trunc = float(reward), bool(terminated), bool(truncated)
             self.episode_return += r
-            self.episode_steps += 1
-            self.total_steps += 1
             self.episode_ended = term or trunc
             return StepResult(step_obs, r, term, trunc, step_info if type(step_info) is dict else dict(step_info), 1)
         total = 0.0
@@ -134,24 +134,27 @@ class Agent:
         info: dict[str, Any] = {}
         time_steps = 0
         budget = self.step_budget
-        while time_steps < self.action_repeat:
-            if budget is not None and not budget.reserve_step():
-                if time_steps == 0:
-                    raise RunStopped(f"agent {self.agent_id}: the run's step budget is spent")
-                break  # the budget ends this action's repetition early
-            try:
-                obs, reward, terminated, truncated, info = env.step(action)
-            except BaseException:
-                if budget is not None:
-                    budget.release_step()  # a step that did not happen does not use the budget
-                raise
-            total += float(reward)
-            time_steps += 1
-            if terminated or truncated:
-                break
+        try:
+            while time_steps < self.action_repeat:
+                if budget is not None and not budget.reserve_step():
+                    if time_steps == 0:
+                        raise RunStopped(f"agent {self.agent_id}: the run's step budget is spent")
+                    break  # the budget ends this action's repetition early
+                try:
+                    obs, reward, terminated, truncated, info = env.step(action)
+                except BaseException:
+                    if budget is not None:
+                        budget.release_step()  # a step that did not happen does not use the budget
+                    raise
+                time_steps += 1  # before a conversion can raise: the step happened
+                total += float(reward)
+                if terminated or truncated:
+                    break
+        finally:
+            # The steps taken count however the repetition ends (an env or a reward that raises).
+            self.episode_steps += time_steps
+            self.total_steps += time_steps
         self.episode_return += total
-        self.episode_steps += time_steps
-        self.total_steps += time_steps
         self.episode_ended = bool(terminated or truncated)
         return StepResult(obs, total, bool(terminated), bool(truncated), dict(info), time_steps)
 

@@ -296,6 +296,13 @@ class AgentHelper:
         self._flush_fast()
         if game_over is not _NOT_OVER and type(game_over) is not GameOver:
             game_over = GameOver(int(game_over))  # an int (store_final passes a member: no lookup)
+        if game_over is not _NOT_OVER and (actions is not None or rewards is not None or extras is not None):
+            raise SpecError(
+                f"agent {self.agent_id}, task {self.name!r}: store_data with game_over={game_over.name} records "
+                "an episode's final observation, which has no actions, rewards or extras (they would be "
+                "dropped); record the last step with store_step(reward) (or store_data without game_over), "
+                "then its next observation with store_final(inputs, terminated)"
+            )
         if game_over is _NOT_OVER and self._act is not None:
             # A step of act() recorded here: build what predict keeps (a final observation needs none of it).
             self._step_of_act()
@@ -662,6 +669,11 @@ class OnPolicyConfig:
     def __post_init__(self) -> None:
         if self.sample_interval < 1:
             raise ValueError(f"OnPolicyConfig.sample_interval must be >= 1, got {self.sample_interval}")
+        if self.learn_trigger not in (LearnTrigger.STORE_DATA, LearnTrigger.AGENT):
+            raise ValueError(
+                f"OnPolicyConfig.learn_trigger must be LearnTrigger.STORE_DATA or LearnTrigger.AGENT, got "
+                f"{self.learn_trigger!r}: on-policy chunks are sent in order by the agent (no learner thread)"
+            )
 
 
 class OnPolicyHelper(AgentHelper):
@@ -1107,34 +1119,30 @@ class ExpReplayHelper(AgentHelper):
                     f"agent {self.agent_id}, task {self.name!r}, rewards field {spec.name!r}: an n-step return "
                     f"of {row[2]} is not finite as {spec.dtype}"
                 )
-        add = self.buffer.add_transition
-        if self.config.learn_trigger is LearnTrigger.THREAD:
+        add, trigger = self.buffer.add_transition, self.config.learn_trigger
+        if trigger is LearnTrigger.THREAD:
             self._raise_learner_error()
-            with self._lock:
-                for obs, action, ret, after, terminal, steps in rows:
-                    add(obs, action, ret, after, terminal, steps)
-                self._since_learn += len(rows)
+        with self._lock:  # (see _store)
+            for obs, action, ret, after, terminal, steps in rows:
+                add(obs, action, ret, after, terminal, steps)
+            self._since_learn += len(rows)
+        if trigger is LearnTrigger.THREAD:
             self._wake_learner()
-            return
-        for obs, action, ret, after, terminal, steps in rows:
-            add(obs, action, ret, after, terminal, steps)
-        self._since_learn += len(rows)
-        if self.config.learn_trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
+        elif trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
             self.learn()
 
     def _store_transition(self, prev: tuple[np.ndarray, Any, float], next_obs: np.ndarray, terminal: bool) -> None:
         """:meth:`_store` of the one-row path: the transition ``prev`` -> ``next_obs``, then the learning schedule."""
         obs, action, reward = prev
-        if self.config.learn_trigger is LearnTrigger.THREAD:
+        trigger = self.config.learn_trigger
+        if trigger is LearnTrigger.THREAD:
             self._raise_learner_error()
-            with self._lock:
-                self.buffer.add_transition(obs, action, reward, next_obs, terminal)
-                self._since_learn += 1
+        with self._lock:  # (see _store)
+            self.buffer.add_transition(obs, action, reward, next_obs, terminal)
+            self._since_learn += 1
+        if trigger is LearnTrigger.THREAD:
             self._wake_learner()
-            return
-        self.buffer.add_transition(obs, action, reward, next_obs, terminal)
-        self._since_learn += 1
-        if self.config.learn_trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
+        elif trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
             self.learn()
 
     def on_transition(self, transition: TrainingBatch) -> None:
@@ -1184,20 +1192,21 @@ class ExpReplayHelper(AgentHelper):
         trigger = self.config.learn_trigger
         if trigger == LearnTrigger.THREAD:
             self._raise_learner_error()
-            with self._lock:
-                self.buffer.add(rows)
-                self._since_learn += rows.size
+        # Every write holds the lock, whatever the trigger: the learner thread samples the buffer, and a
+        # checkpoint (state_dict, from the Manager's thread while the agents run) copies it whole.
+        with self._lock:
+            self.buffer.add(rows)
+            self._since_learn += rows.size
+        if trigger == LearnTrigger.THREAD:
             self._wake_learner()
-            return
-        self.buffer.add(rows)
-        self._since_learn += rows.size
-        if trigger == LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
+        elif trigger == LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
             self.learn()
 
     def _raise_learner_error(self) -> None:
-        """Raise (once) what made the learner thread fail (LearnTrigger.THREAD)."""
-        if self.learner_error is not None:
-            error, self.learner_error = self.learner_error, None
+        """Raise what made the learner thread fail (LearnTrigger.THREAD), at this and every later store:
+        the thread has ended, and an agent that caught the error must not store on with nothing learning."""
+        error = self.learner_error
+        if error is not None:
             raise RuntimeError(
                 f"agent {self.agent_id}, task {self.name!r}: the learner thread failed: {error}"
             ) from error

@@ -85,6 +85,7 @@ class ComputationTask:
         self.extra_predict_specs: list[FieldSpec] = list(self.algorithm.extra_predict_specs())
         # predict_field's staging slot: the one that predict uses for a single input field.
         self._field_slot = f"p.in/{self.input_specs[0].name}" if len(self.input_specs) == 1 else ""
+        self._action_names = frozenset(s.name for s in self.action_specs)
         self._update_listeners: list[Callable[[], None]] = []
 
     def add_update_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -152,7 +153,8 @@ class ComputationTask:
         with paddle.no_grad(), model.param_lock:
             staging = self._staging
             out = self.algorithm.predict(staging.tensors("p.in", inputs), staging.tensors("p.st", states), explore)
-        return Prediction(actions=_to_numpy(out.actions), states=_to_numpy(out.states), extras=_to_numpy(out.extras))
+        actions = self._actions_of(out.actions)
+        return Prediction(actions=actions, states=_to_numpy(out.states), extras=_to_numpy(out.extras))
 
     def predict_field(self, batch: np.ndarray, explore: bool = True) -> Prediction:
         """:meth:`predict` of a task with one input field and no recurrent states, given that field's
@@ -179,10 +181,22 @@ class ComputationTask:
         finally:
             _set_has_grad(grad)
         return Prediction(
-            actions=_to_numpy(out.actions),
+            actions=self._actions_of(out.actions),
             states=_to_numpy(out.states) if out.states else {},
             extras=_to_numpy(out.extras) if out.extras else {},
         )
+
+    def _actions_of(self, actions: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The algorithm's predicted actions as numpy, with every action field of the model's specs (an
+        agent reads its action by that name: a missing one is the algorithm's mistake, said here)."""
+        out = _to_numpy(actions)
+        if not out.keys() >= self._action_names:
+            raise SpecError(
+                f"task {self.name!r}: the algorithm's predict returned actions {sorted(out)}, but the model's "
+                f"action specs are {[s.name for s in self.action_specs]}; missing "
+                f"{sorted(self._action_names - out.keys())}"
+            )
+        return out
 
     # -------------------------------------------------------------- learn
     def check_batch(self, batch: TrainingBatch, agent_id: int | None = None) -> TrainingBatch:

@@ -520,7 +520,7 @@ class ComputationWrapper:
                     self._serve_prediction_group(good, explore)
                 return
             pred = task.predict(inputs, states if task.state_specs else None, explore=explore, check=False)
-            _check_rows(pred, offsets[-1], task.name)
+            check_prediction_rows(pred, offsets[-1], task.name)
         except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
             tb = traceback.format_exc()
             for comm, _ in items:
@@ -549,7 +549,7 @@ class ComputationWrapper:
             if self._rows_finite and batch.size and not all_finite_array(batch):
                 return None
             pred = task.predict_field(batch, explore)
-            _check_rows(pred, rows, task.name)
+            check_prediction_rows(pred, rows, task.name)
         except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
             return Failure(exc, traceback.format_exc(), "predict")
         self.record_prediction(rows, rows)
@@ -617,7 +617,7 @@ def answer_predictions(items: Sequence[PredictItem], pred: Prediction, offsets: 
             comm.prediction_return_q.put(slice_prediction(pred, offsets[i], offsets[i + 1]))
 
 
-def _check_rows(pred: Prediction, rows: int, task: str) -> None:
+def check_prediction_rows(pred: Prediction, rows: int, task: str) -> None:
     """A prediction must have one row per sample in every array, or agents would get others' rows."""
     for group in (pred.actions, pred.states, pred.extras):
         for k, v in group.items():

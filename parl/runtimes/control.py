@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from parl.framework.agent import Agent
 from parl.framework.agent_helper import AgentHelper
+from parl.framework.communicator import Communicator
 from parl.framework.errors import EnvFault, EnvFaultLimitError, RunStopped, WrapperError
 from parl.runtimes.faults import FaultStats
 
@@ -173,6 +174,9 @@ class RunControl:
         ``restartable=False`` (a dead wrapper, a failed rebuild, a runtime fault) never restarts.
         """
         with self._lock:
+            # No restart once the run is stopping; but a failure then is still the run's failure: an
+            # agent fails in its own code between the stop's request and its next wait, where the stop
+            # reaches it (RunStopped, and a WrapperError while stopping, never come here).
             restart = (
                 restartable
                 and self.restart_failed_agents
@@ -183,7 +187,7 @@ class RunControl:
             self.failures.append(failure)
             if restart:
                 self.restarts += 1
-            elif self.fatal is None and not self._stop.is_set():
+            elif self.fatal is None:
                 self.fatal = failure
         if restart:
             logger.warning("agent %d failed and is restarted (%d so far): %s", agent_id, self.restarts, error)
@@ -234,6 +238,12 @@ def _name_the_task(exc: BaseException) -> None:
         owner = tb.tb_frame.f_locals.get("self")
         if isinstance(owner, AgentHelper):
             name = owner.name
+        elif isinstance(owner, Communicator):
+            name = owner.task_name
+        else:
+            helper = getattr(owner, "helper", None)
+            if isinstance(helper, AgentHelper):
+                name = helper.name  # a runtime's own act for a helper (the coroutine hub's row route)
         tb = tb.tb_next
     if name is not None:
         # An exception type with __slots__ takes no attribute: its AgentError goes without the name.
@@ -288,3 +298,12 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
             except Exception as rebuild_exc:  # noqa: BLE001
                 control.agent_failed(slot.agent_id, rebuild_exc, traceback.format_exc(), restartable=False)
                 return
+        except BaseException as exc:
+            if type(exc).__name__ == "GreenletExit":
+                raise  # greenlet ending an abandoned agent: not the agent's failure
+            # SystemExit (a library calling sys.exit()) or KeyboardInterrupt in the agent's code: this
+            # agent's failure, never restarted, on every runtime (a thread would otherwise end silently
+            # and a hub report it as its own fault).
+            _name_the_task(exc)
+            control.agent_failed(slot.agent_id, exc, traceback.format_exc(), restartable=False)
+            return

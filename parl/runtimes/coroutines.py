@@ -332,6 +332,12 @@ class Hub:
                 # The wrapper died (here or in its training loop): answer, do not serve.
                 wrapper.fail(wrapper.error, "", chunk, "predict")
                 continue
+            if wrapper.stopping:
+                # As a wrapper's own loop: no new task call after a stop (the row lanes do the same).
+                stopped = Failure(RunStopped(f"task {wrapper.task.name!r} is stopping"), "", "predict")
+                for comm, _ in chunk:
+                    comm.put_prediction_return(stopped)
+                continue
             try:
                 wrapper.serve_predictions(chunk)
             except Exception as exc:  # noqa: BLE001 - serving itself failed (task errors are answered inside)

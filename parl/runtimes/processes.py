@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import multiprocessing as mp
 import multiprocessing.connection as mpc
@@ -66,6 +67,7 @@ from parl.framework.computation_wrapper import (
     ComputationWrapper,
     WrapperConfig,
     answer_predictions,
+    check_prediction_rows,
     explore_groups,
     pack_requests,
 )
@@ -194,11 +196,12 @@ def _reply_specs(t: TaskSpecs) -> list[FieldSpec]:
 
 
 # The prediction protocol, one request and one reply per round in bytes (no pickling on the common path):
-# a request whose arrays are in shared memory is ``_SHM_REQUEST`` (tag, task index, rows, explore); one
-# whose arrays travel with it (no shared memory: a Ray actor) is ``_INLINE`` + pickle of
-# (task index, rows, explore, inputs, states). The reply is ``_OK`` (actions in shared memory),
-# ``_INLINE`` + pickle of the output arrays, or ``_ERROR`` + pickle of (error, traceback).
-_SHM_REQUEST = struct.Struct("<cHI?")
+# a request whose arrays are in shared memory is ``_SHM_REQUEST`` (tag, task index, rows, the agents'
+# requests among them, explore); one whose arrays travel with it (no shared memory: a Ray actor) is
+# ``_INLINE`` + pickle of (task index, rows, requests, explore, inputs, states). The reply is ``_OK``
+# (actions in shared memory), ``_INLINE`` + pickle of the output arrays, or ``_ERROR`` + pickle of
+# (error, traceback).
+_SHM_REQUEST = struct.Struct("<cHII?")
 _SHM, _INLINE, _OK, _ERROR = b"s", b"i", b"o", b"e"
 
 
@@ -235,6 +238,11 @@ class _RemoteWrapper:
         """The learner's stop event as last read (once per prediction round, not per agent step:
         reading a process-shared event costs about 0.4 µs); ``check_alive`` reads it directly."""
         self.comms: dict[int, Communicator] = {}
+        # Each agent's current communicator has a token of its own, which its learn requests carry and
+        # their results bring back: a result for an agent that failed and was rebuilt meanwhile is not
+        # given to its successor (which would take it as the answer to its own next request).
+        self.tokens: dict[int, int] = {}
+        self._tokens = itertools.count(1)
 
     def try_serve_training(self, comm: Communicator, batch: TrainingBatch) -> bool:
         """Learning runs in the learner process: never on a worker's thread (``learn_on_caller`` has no effect)."""
@@ -265,6 +273,7 @@ class _RemoteWrapper:
         training = _RemoteTrainingSink(self)
         comm = Communicator(agent_id, self, sink, training, return_queue_factory(), return_queue_factory())  # type: ignore[arg-type]
         self.comms[agent_id] = comm
+        self.tokens[agent_id] = next(self._tokens)
         return comm
 
     def serve_predictions(self, items: Sequence[tuple[Communicator, PredictRequest]]) -> None:
@@ -309,7 +318,7 @@ class _RemoteWrapper:
         try:
             if self.request is None:
                 self.msg.flush_due()
-                data = pickle.dumps((self.index, rows, explore, inputs, states), pickle.HIGHEST_PROTOCOL)
+                data = pickle.dumps((self.index, rows, requests, explore, inputs, states), pickle.HIGHEST_PROTOCOL)
                 self.pred_conn.send_bytes(_INLINE + data)
             else:
                 if rows > self.request.capacity:
@@ -317,7 +326,7 @@ class _RemoteWrapper:
                 self.request.write({f"in.{k}": v for k, v in inputs.items()}, rows)
                 self.request.write({f"st.{k}": v for k, v in states.items()}, rows)
                 self.msg.flush_due()  # the episodes that ended meanwhile, every EPISODE_REPORT_S
-                self.pred_conn.send_bytes(_SHM_REQUEST.pack(_SHM, self.index, rows, explore))
+                self.pred_conn.send_bytes(_SHM_REQUEST.pack(_SHM, self.index, rows, requests, explore))
             reply = self.pred_conn.recv_bytes()
             tag = reply[:1]
             if tag == _OK and self.reply is not None:
@@ -354,6 +363,7 @@ class _RemoteWrapper:
             return Failure(exc, "the learner process is gone", "predict")
         try:
             pred = replica.predict(inputs, states, explore)
+            check_prediction_rows(pred, rows, self.task.name)  # one row per sample, or agents would get others' rows
         except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
             return Failure(exc, traceback.format_exc(), "predict")
         self.msg.prediction(self.index, requests, rows)
@@ -384,7 +394,8 @@ class _RemoteTrainingSink:
 
     def put(self, item: tuple[Communicator, TrainingBatch]) -> None:
         comm, batch = item
-        self.wrapper.msg.send(("learn", self.wrapper.index, comm.agent_id, batch))
+        w = self.wrapper
+        w.msg.send(("learn", w.index, comm.agent_id, w.tokens[comm.agent_id], batch))
 
 
 EPISODE_REPORT_S = 0.02
@@ -415,9 +426,15 @@ class _WorkerMessenger:
             self.conn.send(msg)
 
     def episode(self, agent_id: int, episode_return: float, steps: int) -> None:
-        """Report a finished episode at the next flush."""
+        """Report a finished episode at the next flush (here, once ``EPISODE_REPORT_S`` passed since the last
+        one: agents that never predict, and so never start a round, report on time too)."""
         with self._lock:
             self._episodes.append((agent_id, episode_return, steps))
+            if time.monotonic() - self._last_report >= EPISODE_REPORT_S:
+                try:
+                    self._flush_locked()
+                except (EOFError, OSError):
+                    logger.debug("could not report episodes: the learner is gone")
 
     def prediction(self, task_index: int, requests: int, samples: int) -> None:
         """Count a round predicted in this worker (by a replica) in the learner's stats at the next flush."""
@@ -488,8 +505,13 @@ class _WorkerControl(RunControl):
 
 
 def _picklable(error: BaseException) -> BaseException:
+    """``error`` if it survives a pickle round trip, else a RuntimeError with its type and message.
+
+    The round trip, not just ``dumps``: an exception whose ``__init__`` takes other arguments than its
+    ``args`` pickles, and then fails in ``loads`` at the other end of the pipe.
+    """
     try:
-        pickle.dumps(error)
+        pickle.loads(pickle.dumps(error, pickle.HIGHEST_PROTOCOL))
         return error
     except Exception:  # noqa: BLE001
         return RuntimeError(f"{type(error).__name__}: {error}")
@@ -567,10 +589,10 @@ class _Worker:
     def build(self, agent_id: int) -> Agent:
         helpers: dict[str, AgentHelper] = {}
         for i, w in enumerate(self.wrappers):
-            comm = self.comms.get((i, agent_id))
-            if comm is None:
-                comm = w.create_communicator(agent_id, self.hub.return_queue, self.hub.sink(w))  # type: ignore[arg-type]
-                self.comms[(i, agent_id)] = comm
+            # Fresh communicators for a rebuilt agent too, as on every runtime: nothing meant for the
+            # failed agent (a learn result on its way) reaches its successor.
+            comm = w.create_communicator(agent_id, self.hub.return_queue, self.hub.sink(w))  # type: ignore[arg-type]
+            self.comms[(i, agent_id)] = comm
             helper_cls, cfg = self.spec.helpers[i]
             name = w.task.name
             helpers[name] = helper_cls(name, comm) if cfg is None else helper_cls(name, comm, cfg)
@@ -590,9 +612,17 @@ class _Worker:
             except (EOFError, OSError):
                 self.stop_event.set()
                 return
+            except Exception as exc:  # noqa: BLE001 - a message that does not unpickle: its agent would wait
+                # for it forever, so the run ends with the reason (the pipe itself is still in step).
+                error = RuntimeError(f"worker {self.worker} could not read a message from the learner: {exc!r}")
+                self.report(("failure", -1, error, traceback.format_exc(), False))
+                continue
             if msg[0] == "learn_result":
-                _, task_index, agent_id, item = msg
-                self.comms[(task_index, agent_id)].put_training_return(item)
+                _, task_index, agent_id, token, item = msg
+                if self.wrappers[task_index].tokens.get(agent_id) == token:
+                    self.comms[(task_index, agent_id)].put_training_return(item)
+                else:
+                    logger.debug("dropped a learn result for agent %d, which was rebuilt since", agent_id)
             elif msg[0] == "helper_state":
                 self.hub.requests.put(functools.partial(self.answer_helper_states, msg[1]))
             elif msg[0] == "stop":
@@ -633,13 +663,15 @@ class _Worker:
     def run(self) -> None:
         self.hub.slots = [AgentSlot(a, lambda a=a: self.build(a)) for a in self.agent_ids]  # type: ignore[misc]
         threading.Thread(target=self.read_results, name=f"parl-worker-{self.worker}-reader", daemon=True).start()
+        building = -1  # the agent being built, to whom a failure then belongs; after that, the hub's
         try:
             for slot in self.hub.slots:
+                building = slot.agent_id
                 slot.get()
+            building = -1
             self.hub._run(self.control)
         except BaseException as exc:  # noqa: BLE001 - reported to the learner
-            first = self.agent_ids[0] if self.agent_ids else -1
-            self.report(("failure", first, _picklable(exc), traceback.format_exc(), False))
+            self.report(("failure", building, _picklable(exc), traceback.format_exc(), False))
         finally:
             # The agents have stopped: answer what was asked meanwhile, then report the final states
             # (a checkpoint written after the run reads them) before saying goodbye.
@@ -691,15 +723,22 @@ def _worker_main(
 class _ProxyComm:
     """Learner-side stand-in for a remote agent's communicator: sends learn results back."""
 
-    def __init__(self, link: _WorkerLink, task_index: int, agent_id: int) -> None:
+    def __init__(self, link: _WorkerLink, task_index: int, agent_id: int, token: int) -> None:
         self.link = link
         self.task_index = task_index
         self.agent_id = agent_id
+        self.token = token
+        self.launch = link.launches  # the worker process that asked
 
     def put_training_return(self, item: LearnResult | Failure) -> None:
+        if self.link.launches != self.launch:
+            # The worker that asked died and was restarted meanwhile: its successor's agent of this id
+            # did not ask, and would take this as the answer to its own next request.
+            logger.debug("dropped a learn result for agent %d of a restarted worker", self.agent_id)
+            return
         if isinstance(item, Failure):
             item = Failure(_picklable(item.error), item.traceback_text, item.kind)
-        self.link.send(("learn_result", self.task_index, self.agent_id, item))
+        self.link.send(("learn_result", self.task_index, self.agent_id, self.token, item))
 
     def put_prediction_return(self, item: Any) -> None:  # pragma: no cover - predictions go through shm
         raise RuntimeError("remote predictions are answered through shared memory")
@@ -744,6 +783,8 @@ class _WorkerLink:
         self.pred_thread: threading.Thread | None = None
         self.exited = False
         self.said_goodbye = False
+        self.launches = 0
+        """How many times the worker was started: a learn result goes only to the one that asked."""
         self._send_lock = threading.Lock()
         # Reaping a child from two threads at once races in multiprocessing (the loser sees
         # "still running"); the serving thread and close() take turns.
@@ -771,6 +812,7 @@ class _WorkerLink:
                 self.final_states = None
             self.exited = False
             self.said_goodbye = False
+            self.launches += 1  # learn results for an earlier process go nowhere (_ProxyComm)
             self.pred_conn, self.msg_conn = self._launch()
             with self._replies_lock:
                 self.ready = True
@@ -889,7 +931,17 @@ class _WorkerLink:
             while not self.exited:
                 ready = mpc.wait([self.msg_conn, *sentinels], timeout=0.05)
                 if self.msg_conn in ready:
-                    self._message(self.msg_conn.recv())
+                    try:
+                        msg = self.msg_conn.recv()
+                    except (EOFError, OSError):
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - one unreadable message (the pipe is still in step)
+                        # What it carried (a learn request, a failure) is lost, and an agent may wait for
+                        # it: the run fails with the reason rather than hang or pass over an error.
+                        error = RuntimeError(f"{self.describe()} sent a message that could not be read: {exc!r}")
+                        self.control.agent_failed(-1, error, traceback.format_exc(), restartable=False)
+                        continue
+                    self._message(msg)
                 if any(x in ready for x in sentinels) and not self.msg_conn.poll():
                     break
         except (EOFError, OSError):
@@ -924,9 +976,9 @@ class _WorkerLink:
         inline = request[:1] == _INLINE  # the arrays came in the message (no shared memory with this worker)
         try:
             if inline:
-                task_index, rows, explore, inputs, states = pickle.loads(request[1:])
+                task_index, rows, requests, explore, inputs, states = pickle.loads(request[1:])
             else:
-                _, task_index, rows, explore = _SHM_REQUEST.unpack(request)
+                _, task_index, rows, requests, explore = _SHM_REQUEST.unpack(request)
                 # No copy: the worker leaves its request alone until it has the reply, and
                 # ComputationTask.predict copies the arrays into its input tensors (a subclass that
                 # overrides predict must not keep the arrays it is given).
@@ -935,13 +987,14 @@ class _WorkerLink:
                 states = {k[3:]: v for k, v in data.items() if k.startswith("st.")}
             task = self.runtime.tasks[task_index]
             pred = task.predict(inputs, states if task.state_specs else None, explore=explore, check=False)
+            check_prediction_rows(pred, rows, task.name)  # the reply buffer would repeat a short field's rows
             extra_names = self._extra_names.get(task_index)
             if extra_names is None:  # the task's extra prediction fields are fixed once it is built
                 extra_names = self._extra_names[task_index] = frozenset(s.name for s in task.extra_predict_specs)
             out = {f"act.{k}": v for k, v in pred.actions.items()}
             out.update({f"st.{k}": v for k, v in pred.states.items()})
             out.update({f"ex.{k}": v for k, v in pred.extras.items() if k in extra_names})
-            self.runtime.wrappers[task_index].record_prediction(1, rows)
+            self.runtime.wrappers[task_index].record_prediction(requests, rows)
             if inline:
                 return _INLINE + pickle.dumps(out, pickle.HIGHEST_PROTOCOL)
             buffers[task_index][1].write(out, rows)
@@ -952,9 +1005,9 @@ class _WorkerLink:
     def _message(self, msg: Any) -> None:
         kind = msg[0]
         if kind == "learn":
-            _, task_index, agent_id, batch = msg
+            _, task_index, agent_id, token, batch = msg
             wrapper = self.runtime.wrappers[task_index]
-            proxy = _ProxyComm(self, task_index, agent_id)
+            proxy = _ProxyComm(self, task_index, agent_id, token)
             try:
                 wrapper.check_alive()
             except Exception as exc:  # noqa: BLE001
@@ -992,8 +1045,9 @@ class _WorkerLink:
             reply.ended = True
             reply.done.set()
         code = self._exit_code()
-        died = code not in (0, None) or (code is None and not self.said_goodbye)
-        if died and not self.runtime.stopping:
+        # A worker says goodbye at the end of its run, whatever ended it: one that ends without it
+        # (killed, crashed, or os._exit(0) in an env) lost its agents, even with exit code 0.
+        if not self.said_goodbye and not self.runtime.stopping:
             self.runtime.worker_died(self, code if code is not None else -1)
 
     def close(self, timeout: float) -> bool:
@@ -1161,7 +1215,12 @@ class ProcessRuntime:
             algorithm = task.algorithm
             source = shared.get(id(algorithm))
             if source is None:
-                board, counters = ParamBoard(task), SampleCounters(algorithm, workers)
+                board = ParamBoard(task)
+                try:
+                    counters = SampleCounters(algorithm, workers)
+                except BaseException:
+                    board.close()  # (its shared block would outlive the failed start)
+                    raise
                 self._boards.append((board, counters))
 
                 def publish(board: ParamBoard = board, counters: SampleCounters = counters) -> None:
@@ -1204,6 +1263,10 @@ class ProcessRuntime:
     def record_failure(self, agent_id: int, error: BaseException, tb: str, restarted: bool) -> None:
         assert self.control is not None
         c = self.control
+        if restarted and c.restarts >= c.max_restarts:
+            # Each worker counts its own restarts (and a restarted worker from zero): the run's budget is
+            # spent, so this failure ends the run as it would on any other runtime.
+            restarted = False
         if restarted:
             with self._lock:
                 c.restarts += 1

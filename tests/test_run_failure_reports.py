@@ -1,0 +1,198 @@
+"""How a run reports failures that come late, from outside ``Exception``, or from inside a runtime's own
+``act``; and what a stopping wrapper still starts (the review of 2026-11-26, fifth round)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import parl
+from tests.test_agent_group_fakes import (
+    ActAgent,
+    CounterEnv,
+    EchoAlgorithm,
+    counter_envs,
+    echo_task_config,
+    wait_until,
+)
+
+IN_PROCESS = ["coroutines", "threads"]
+
+
+class _LateFailure(ActAgent):
+    """Agent 1 raises once agent 0 has finished the run's only budgeted episode (the stop is set)."""
+
+    manager: parl.Manager | None = None
+
+    def check(self, obs: np.ndarray, action: Any, helper: parl.AgentHelper) -> None:
+        manager = type(self).manager
+        assert manager is not None and manager.control is not None
+        control = manager.control
+        if self.agent_id != 1:
+            return
+        if manager.config.runtime == "threads" and obs[1] == 0:
+            # In its own code (not waiting for a prediction, where the stop would reach it first).
+            assert wait_until(lambda: control.stop_requested, 10.0)
+            raise ValueError("agent 1's code is broken")
+        if manager.config.runtime == "coroutines" and obs[1] == 1:
+            # The second round: agent 0 ended the run's one episode in the first, before this agent ran on.
+            assert control.stop_requested
+            raise ValueError("agent 1's code is broken")
+
+
+@pytest.mark.parametrize("runtime", IN_PROCESS)
+def test_a_failure_after_the_stop_was_requested_still_fails_the_run(runtime: str) -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        _LateFailure,
+        lambda i: CounterEnv(tag=i, length=1 if i == 0 else 50),
+        parl.ManagerConfig(num_agents=2, runtime=runtime, max_episodes=1, max_seconds=30, restart_failed_agents=True),
+    )
+    _LateFailure.manager = manager
+    with pytest.raises(parl.AgentError, match="agent 1's code is broken") as info:
+        manager.run()
+    assert info.value.agent_id == 1
+    assert manager.control is not None and manager.control.restarts == 0  # no restart once stopping
+
+
+class _Exiting(ActAgent):
+    def check(self, obs: np.ndarray, action: Any, helper: parl.AgentHelper) -> None:
+        if self.agent_id == 2 and obs[1] == 3:
+            raise SystemExit("agent 2 called sys.exit")
+
+
+@pytest.mark.parametrize("runtime", [*IN_PROCESS, "processes"])
+def test_a_system_exit_in_agent_code_is_that_agents_failure_on_every_runtime(runtime: str) -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        _Exiting,
+        counter_envs(length=10),
+        parl.ManagerConfig(
+            num_agents=4, runtime=runtime, num_workers=2, max_episodes=40, max_seconds=30, restart_failed_agents=True
+        ),
+    )
+    with pytest.raises(parl.AgentError) as info:
+        manager.run()
+    assert info.value.agent_id == 2
+    assert isinstance(info.value.original, SystemExit) and "sys.exit" in str(info.value.original)
+    assert manager.control is not None and manager.control.restarts == 0  # never restarted
+
+
+class _NaNAgent(ActAgent):
+    def observe(self, obs: np.ndarray, t: int) -> np.ndarray:
+        return np.array([np.nan, 0.0], np.float32) if self.agent_id == 1 and t == 1 else obs
+
+
+class _WrongActionName(EchoAlgorithm):
+    def predict(self, inputs, states, explore) -> parl.Prediction:  # type: ignore[no-untyped-def]
+        p = super().predict(inputs, states, explore)
+        return parl.Prediction(actions={"act": p.actions["action"]}, extras=p.extras)
+
+
+@pytest.mark.parametrize("runtime", IN_PROCESS)
+def test_errors_of_act_name_the_task_on_every_runtime(runtime: str) -> None:
+    config = parl.ManagerConfig(num_agents=2, runtime=runtime, max_episodes=4, max_seconds=30)
+    with pytest.raises(parl.AgentError) as info:
+        parl.Manager([echo_task_config()], _NaNAgent, counter_envs(length=6), config).run()
+    assert info.value.agent_id == 1 and info.value.task == "RL"
+    with pytest.raises(parl.AgentError) as info:
+        parl.Manager([echo_task_config(_WrongActionName())], parl.GymAgent, counter_envs(length=6), config).run()
+    assert info.value.task == "RL"
+    message = str(info.value.original)
+    assert "returned actions ['act']" in message and "missing ['action']" in message
+
+
+def test_a_task_refuses_a_prediction_without_an_action_field() -> None:
+    task = parl.ComputationTask("RL", _WrongActionName())
+    obs = np.zeros((3, 2), np.float32)
+    with pytest.raises(parl.SpecError, match=r"returned actions \['act'\].*missing \['action'\]"):
+        task.predict({"obs": obs})
+    with pytest.raises(parl.SpecError, match="missing"):
+        task.predict_field(obs)
+
+
+class _SlowPredict(EchoAlgorithm):
+    def __init__(self) -> None:
+        super().__init__(predict_sleep=0.6)
+        self.starts: list[float] = []
+
+    def predict(self, inputs, states, explore) -> parl.Prediction:  # type: ignore[no-untyped-def]
+        self.starts.append(time.monotonic())
+        return super().predict(inputs, states, explore)
+
+
+class _Float64Agent(parl.Agent):
+    """Sends float64 observations: the general request path (converted by the checks), not the row lanes."""
+
+    def run_one_episode(self) -> float:
+        helper = self.helpers["RL"]
+        obs = self.reset_env()
+        while True:
+            action = helper.predict({"obs": np.asarray(obs, np.float64)})["action"]
+            step = self.env_step(action)
+            helper.store_step(step.reward)
+            obs = step.obs
+            if step.done:
+                helper.store_final({"obs": obs}, step.terminated)
+                return self.episode_return
+
+
+def test_the_hub_starts_no_general_prediction_call_after_the_wrapper_stops() -> None:
+    algo = _SlowPredict()
+    manager = parl.Manager(
+        [echo_task_config(algo, wrapper=parl.WrapperConfig(max_batch_size=1))],
+        _Float64Agent,
+        counter_envs(length=50),
+        parl.ManagerConfig(num_agents=4, runtime="coroutines", max_seconds=60, stop_timeout_s=1.0),
+    )
+    runner = threading.Thread(target=manager.run)
+    runner.start()
+    assert wait_until(lambda: len(algo.starts) >= 2, 30.0)
+    time.sleep(0.2)  # inside a call of the round's four one-row calls
+    stopped_at = time.monotonic()
+    leaked = manager.stop()
+    runner.join(10.0)
+    assert not runner.is_alive()
+    assert leaked == []
+    # The call under way when the stop came may end; none starts after it.
+    assert [s for s in algo.starts if s > stopped_at] == []
+
+
+class _BadRewardEnv(CounterEnv):
+    def step(self, action: Any):  # type: ignore[no-untyped-def]
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, "not a number", terminated, truncated, info
+
+
+@pytest.mark.parametrize("agent_cls", [parl.GymAgent, ActAgent])
+def test_an_env_step_whose_reward_does_not_convert_is_still_counted(agent_cls: type[parl.Agent]) -> None:
+    env = _BadRewardEnv(tag=0, length=10)
+    task = parl.ComputationTask("RL", EchoAlgorithm())
+    wrapper = parl.ComputationWrapper(task)
+    wrapper.start()
+    try:
+        comm = wrapper.create_communicator(0)
+        agent = agent_cls(0, env, {"RL": parl.AgentHelper("RL", comm)})
+
+        class Budget:
+            reserved = 0
+
+            def reserve_step(self) -> bool:
+                self.reserved += 1
+                return True
+
+            def release_step(self) -> None:
+                self.reserved -= 1
+
+        agent.step_budget = budget = Budget()
+        agent.begin_episode()
+        with pytest.raises((TypeError, ValueError)):
+            agent.run_one_episode()
+        # The env stepped once and the step's budget stays used: the counters say so.
+        assert (agent.total_steps, agent.episode_steps, budget.reserved) == (1, 1, 1)
+    finally:
+        wrapper.stop()
