@@ -115,6 +115,21 @@ def test_a_task_refuses_a_prediction_without_an_action_field() -> None:
         task.predict_field(obs)
 
 
+class _NoEcho(EchoAlgorithm):
+    def predict(self, inputs, states, explore) -> parl.Prediction:  # type: ignore[no-untyped-def]
+        return parl.Prediction(actions=super().predict(inputs, states, explore).actions)
+
+
+def test_a_task_refuses_a_prediction_without_a_declared_extra() -> None:
+    """A worker reads the declared extras from its reply buffer: a missing one would be an earlier round's."""
+    task = parl.ComputationTask("RL", _NoEcho())
+    obs = np.zeros((3, 2), np.float32)
+    with pytest.raises(parl.SpecError, match=r"returned extras \[\].*missing \['echo'\]"):
+        task.predict({"obs": obs})
+    with pytest.raises(parl.SpecError, match="missing"):
+        task.predict_field(obs)
+
+
 class _SlowPredict(EchoAlgorithm):
     def __init__(self) -> None:
         super().__init__(predict_sleep=0.6)

@@ -86,6 +86,7 @@ class ComputationTask:
         # predict_field's staging slot: the one that predict uses for a single input field.
         self._field_slot = f"p.in/{self.input_specs[0].name}" if len(self.input_specs) == 1 else ""
         self._action_names = frozenset(s.name for s in self.action_specs)
+        self._extra_names = frozenset(s.name for s in self.extra_predict_specs)
         self._update_listeners: list[Callable[[], None]] = []
 
     def add_update_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -154,7 +155,7 @@ class ComputationTask:
             staging = self._staging
             out = self.algorithm.predict(staging.tensors("p.in", inputs), staging.tensors("p.st", states), explore)
         actions = self._actions_of(out.actions)
-        return Prediction(actions=actions, states=_to_numpy(out.states), extras=_to_numpy(out.extras))
+        return Prediction(actions=actions, states=_to_numpy(out.states), extras=self._extras_of(out.extras))
 
     def predict_field(self, batch: np.ndarray, explore: bool = True) -> Prediction:
         """:meth:`predict` of a task with one input field and no recurrent states, given that field's
@@ -183,7 +184,7 @@ class ComputationTask:
         return Prediction(
             actions=self._actions_of(out.actions),
             states=_to_numpy(out.states) if out.states else {},
-            extras=_to_numpy(out.extras) if out.extras else {},
+            extras=self._extras_of(out.extras),
         )
 
     def _actions_of(self, actions: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -195,6 +196,17 @@ class ComputationTask:
                 f"task {self.name!r}: the algorithm's predict returned actions {sorted(out)}, but the model's "
                 f"action specs are {[s.name for s in self.action_specs]}; missing "
                 f"{sorted(self._action_names - out.keys())}"
+            )
+        return out
+
+    def _extras_of(self, extras: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The predicted extras as numpy, with every field the algorithm declares (``extra_predict_specs``):
+        a missing one would leave agents an earlier round's values where a worker reads them."""
+        out = _to_numpy(extras) if extras else {}
+        if self._extra_names and not out.keys() >= self._extra_names:
+            raise SpecError(
+                f"task {self.name!r}: the algorithm's predict returned extras {sorted(out)}, but it declares "
+                f"{sorted(self._extra_names)} (extra_predict_specs); missing {sorted(self._extra_names - out.keys())}"
             )
         return out
 
