@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import threading
 import time
 from typing import Any
@@ -57,6 +58,102 @@ def test_a_failure_after_the_stop_was_requested_still_fails_the_run(runtime: str
         manager.run()
     assert info.value.agent_id == 1
     assert manager.control is not None and manager.control.restarts == 0  # no restart once stopping
+
+
+_AGENT1_WAITS = mp.get_context("fork").Event()  # shared with the workers (forked after it is made)
+
+
+class _LateFailureInWorkers(ActAgent):
+    """Agent 1 (worker 1) raises once its worker sees the learner's stop; agent 0 (worker 0) ends the
+    run's one budgeted episode only once agent 1 waits in its own code for that stop."""
+
+    def check(self, obs: np.ndarray, action: Any, helper: parl.AgentHelper) -> None:
+        if self.agent_id == 0:
+            assert _AGENT1_WAITS.wait(20.0)
+        elif obs[1] == 0:
+            stop_event = helper.comm.wrapper.msg.stop_event  # type: ignore[attr-defined]  # the worker's view
+            _AGENT1_WAITS.set()
+            assert wait_until(stop_event.is_set, 20.0)
+            raise ValueError("agent 1's code is broken")
+
+
+def test_a_failure_after_the_stop_was_requested_fails_the_run_in_workers_too() -> None:
+    _AGENT1_WAITS.clear()
+    manager = parl.Manager(
+        [echo_task_config()],
+        _LateFailureInWorkers,
+        lambda i: CounterEnv(tag=i, length=1 if i == 0 else 50),
+        parl.ManagerConfig(
+            num_agents=2, runtime="processes", num_workers=2, max_episodes=1, max_seconds=30,
+            restart_failed_agents=True, stop_timeout_s=5.0,
+        ),
+    )  # fmt: skip
+    with pytest.raises(parl.AgentError, match="agent 1's code is broken") as info:
+        manager.run()
+    assert info.value.agent_id == 1
+    assert manager.control is not None and manager.control.restarts == 0
+
+
+class _SimulatorEnv(CounterEnv):
+    """Agent 0's third step blocks (a slow simulator) until the env is closed, then raises, as a read on
+    a closed connection would."""
+
+    def __init__(self, tag: float, length: int) -> None:
+        super().__init__(tag=tag, length=length)
+        self.closed = threading.Event()
+
+    def step(self, action: Any):  # type: ignore[no-untyped-def]
+        if self.tag == 0 and self.t == 2 and self.closed.wait(10.0):
+            raise ConnectionResetError("simulator connection closed")
+        return super().step(action)
+
+    def close(self) -> None:
+        self.closed.set()
+        time.sleep(0.05)  # the simulator's I/O ends meanwhile
+        super().close()
+
+
+def test_a_failure_the_teardown_causes_in_a_leaked_agent_is_recorded_not_raised() -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        ActAgent,
+        lambda i: _SimulatorEnv(tag=i, length=50 if i == 0 else 1),
+        parl.ManagerConfig(num_agents=2, runtime="threads", max_episodes=5, max_seconds=30, stop_timeout_s=0.5),
+    )
+    report = manager.run()  # the stop itself was clean: the agent it had to leave failed when its env closed
+    assert report.leaked_threads == ["parl-agent-0"]
+    assert [type(f.error) for f in report.failures] == [ConnectionResetError]
+
+
+class _KeepsItsHelper(parl.Agent):
+    """Keeps ``self.helper`` (a natural shorthand): its env's errors are still not the task's."""
+
+    def __init__(self, agent_id: int, env: Any, helpers: Any, action_repeat: int = 1, seed: int | None = None) -> None:
+        super().__init__(agent_id, env, helpers, action_repeat, seed)
+        self.helper = helpers["RL"]
+
+    def run_one_episode(self) -> float:
+        obs = self.reset_env()
+        while True:
+            step = self.env_step(self.helper.act(obs))
+            self.helper.store_step(step.reward)
+            obs = step.obs
+            if step.done:
+                self.helper.store_final({"obs": obs}, step.terminated)
+                return self.episode_return
+
+
+@pytest.mark.parametrize("runtime", IN_PROCESS)
+def test_an_env_error_is_not_blamed_on_a_task_an_agent_keeps_a_helper_of(runtime: str) -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        _KeepsItsHelper,
+        lambda i: CounterEnv(tag=i, length=10, fail_at_step=3),
+        parl.ManagerConfig(num_agents=1, runtime=runtime, max_episodes=3, max_seconds=20),
+    )
+    with pytest.raises(parl.AgentError, match="exploded at step 3") as info:
+        manager.run()
+    assert info.value.task is None
 
 
 class _Exiting(ActAgent):

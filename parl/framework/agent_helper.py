@@ -296,7 +296,7 @@ class AgentHelper:
         self._flush_fast()
         if game_over is not _NOT_OVER and type(game_over) is not GameOver:
             game_over = GameOver(int(game_over))  # an int (store_final passes a member: no lookup)
-        if game_over is not _NOT_OVER and (actions is not None or rewards is not None or extras is not None):
+        if game_over is not _NOT_OVER and (actions or rewards is not None or extras):
             raise SpecError(
                 f"agent {self.agent_id}, task {self.name!r}: store_data with game_over={game_over.name} records "
                 "an episode's final observation, which has no actions, rewards or extras (they would be "

@@ -475,6 +475,10 @@ class Manager:
         runtime_leaked: list[str] = []
         if self.runtime is not None:
             runtime_leaked = self.runtime.stop(max(0.05, deadline - time.monotonic()))
+        if self.control is not None:
+            # Closing the agents' envs below may fail an agent still inside one (a leaked thread): that
+            # failure is the teardown's, recorded but not the run's.
+            self.control.closing = True
         for slot in self.slots:
             if slot.agent is not None:
                 try:

@@ -57,6 +57,8 @@ class RunControl:
     """Most episodes per agent kept in ``returns`` and ``lengths`` (None: all of them)."""
 
     def __post_init__(self) -> None:
+        self.closing = False
+        """Set once the run closes its agents (after the runtime stopped): a failure then is recorded only."""
         self._live: dict[int, Agent] = {}
         self._retired_steps = 0
         self._reserved_steps = 0
@@ -187,7 +189,7 @@ class RunControl:
             self.failures.append(failure)
             if restart:
                 self.restarts += 1
-            elif self.fatal is None:
+            elif self.fatal is None and not self.closing:
                 self.fatal = failure
         if restart:
             logger.warning("agent %d failed and is restarted (%d so far): %s", agent_id, self.restarts, error)
@@ -240,10 +242,12 @@ def _name_the_task(exc: BaseException) -> None:
             name = owner.name
         elif isinstance(owner, Communicator):
             name = owner.task_name
-        else:
+        elif getattr(type(owner), "acts_for_helper", False):
+            # A runtime's own act for a helper (the coroutine hub's row route); only such a class says so,
+            # not any object that keeps a helper (an agent with ``self.helper``).
             helper = getattr(owner, "helper", None)
             if isinstance(helper, AgentHelper):
-                name = helper.name  # a runtime's own act for a helper (the coroutine hub's row route)
+                name = helper.name
         tb = tb.tb_next
     if name is not None:
         # An exception type with __slots__ takes no attribute: its AgentError goes without the name.
@@ -299,11 +303,13 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
                 control.agent_failed(slot.agent_id, rebuild_exc, traceback.format_exc(), restartable=False)
                 return
         except BaseException as exc:
-            if type(exc).__name__ == "GreenletExit":
-                raise  # greenlet ending an abandoned agent: not the agent's failure
-            # SystemExit (a library calling sys.exit()) or KeyboardInterrupt in the agent's code: this
-            # agent's failure, never restarted, on every runtime (a thread would otherwise end silently
-            # and a hub report it as its own fault).
+            if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "GreenletExit":
+                # An interrupted process (Ctrl-C reaches a worker process's hub in its main thread), or
+                # greenlet ending an abandoned agent: not this agent's failure.
+                raise
+            # SystemExit (a library calling sys.exit()) in the agent's code: this agent's failure, never
+            # restarted, on every runtime (a thread would otherwise end silently and a hub report it as
+            # its own fault).
             _name_the_task(exc)
             control.agent_failed(slot.agent_id, exc, traceback.format_exc(), restartable=False)
             return

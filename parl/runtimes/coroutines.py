@@ -121,6 +121,9 @@ class _RowRoute:
         "queue", "hub", "sink", "shape", "dtype", "helper", "action", "fallback", "explore_lane", "greedy_lane"
     )  # fmt: skip
 
+    acts_for_helper = True
+    """Errors raised here are ``helper``'s: an agent's failure names its task (``control._name_the_task``)."""
+
     def __init__(
         self,
         queue: _HubReturnQueue,

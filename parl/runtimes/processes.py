@@ -492,7 +492,12 @@ class _WorkerControl(RunControl):
 
     def agent_failed(self, agent_id: int, error: BaseException, tb: str, restartable: bool = True) -> bool:
         assert self.messenger is not None
-        restart = restartable and self.restart_failed_agents and self.restarts < self.max_restarts
+        restart = (
+            restartable
+            and self.restart_failed_agents
+            and self.restarts < self.max_restarts
+            and not self.stop_requested  # no restart once the run is stopping: the failure is the run's
+        )
         if restart:
             self.restarts += 1
         try:
@@ -728,7 +733,8 @@ class _ProxyComm:
         self.task_index = task_index
         self.agent_id = agent_id
         self.token = token
-        self.launch = link.launches  # the worker process that asked
+        self.launch = link.launches  # the worker process that asked, and its connection
+        self.conn = link.msg_conn
 
     def put_training_return(self, item: LearnResult | Failure) -> None:
         if self.link.launches != self.launch:
@@ -738,7 +744,7 @@ class _ProxyComm:
             return
         if isinstance(item, Failure):
             item = Failure(_picklable(item.error), item.traceback_text, item.kind)
-        self.link.send(("learn_result", self.task_index, self.agent_id, self.token, item))
+        self.link.send(("learn_result", self.task_index, self.agent_id, self.token, item), self.conn)
 
     def put_prediction_return(self, item: Any) -> None:  # pragma: no cover - predictions go through shm
         raise RuntimeError("remote predictions are answered through shared memory")
@@ -916,10 +922,11 @@ class _WorkerLink:
         child_msg.close()
         return pred_conn, msg_conn
 
-    def send(self, msg: Any) -> None:
+    def send(self, msg: Any, conn: mpc.Connection | None = None) -> None:
+        """Send ``msg`` to the worker (on ``conn``, a connection of an earlier launch, when given)."""
         with self._send_lock:
             try:
-                self.msg_conn.send(msg)
+                (self.msg_conn if conn is None else conn).send(msg)
             except (OSError, EOFError, BrokenPipeError):
                 logger.debug("worker %d is gone; dropped %s", self.index, msg[0])
 
@@ -1263,13 +1270,14 @@ class ProcessRuntime:
     def record_failure(self, agent_id: int, error: BaseException, tb: str, restarted: bool) -> None:
         assert self.control is not None
         c = self.control
-        if restarted and c.restarts >= c.max_restarts:
-            # Each worker counts its own restarts (and a restarted worker from zero): the run's budget is
-            # spent, so this failure ends the run as it would on any other runtime.
-            restarted = False
-        if restarted:
-            with self._lock:
+        with self._lock:
+            # Each worker counts its own restarts (and a restarted worker from zero): the run's budget, and
+            # the stop, are the learner's. A failure past either ends the run, as on any other runtime.
+            if restarted and (c.restarts >= c.max_restarts or c.stop_requested or self.stopping):
+                restarted = False
+            if restarted:
                 c.restarts += 1
+        if restarted:
             from parl.runtimes.control import AgentFailure
 
             c.failures.append(AgentFailure(agent_id, error, tb, True))
