@@ -129,7 +129,10 @@ def test_a_final_record_with_actions_or_rewards_is_refused() -> None:
         for extra in ({"actions": {"action": action}}, {"rewards": 100.0}, {"extras": {"echo": obs}}):
             with pytest.raises(parl.SpecError, match="final observation, which has no actions, rewards or extras"):
                 helper.store_data({"obs": obs + 1}, game_over=parl.GameOver.TERMINATED, **extra)  # type: ignore[arg-type]
-        helper.store_final({"obs": obs + 1}, True)  # the final observation alone is stored
+        with pytest.raises(parl.SpecError, match="final observation"):
+            helper.store_data({"obs": obs + 1}, np.zeros(1), game_over=parl.GameOver.TERMINATED)  # type: ignore[arg-type]
+        # Empty mappings hold nothing to drop: the final observation is recorded.
+        helper.store_data({"obs": obs + 1}, {}, game_over=parl.GameOver.TERMINATED, extras={})
         assert len(helper.buffer) == 1
         assert helper.buffer.gather(np.arange(1)).rewards["reward"].tolist() == [1.0]
     finally:

@@ -179,6 +179,26 @@ def test_a_system_exit_in_agent_code_is_that_agents_failure_on_every_runtime(run
     assert manager.control is not None and manager.control.restarts == 0  # never restarted
 
 
+class _RaisesKeyboardInterrupt(ActAgent):
+    def check(self, obs: np.ndarray, action: Any, helper: parl.AgentHelper) -> None:
+        if self.agent_id == 1 and obs[1] == 3:
+            raise KeyboardInterrupt("raised by agent 1's own code")
+
+
+@pytest.mark.parametrize("runtime", IN_PROCESS)
+def test_a_keyboard_interrupt_the_agent_raises_itself_is_its_failure(runtime: str) -> None:
+    """No signal reaches an agent's thread or a hub's: a KeyboardInterrupt there is the agent's own."""
+    manager = parl.Manager(
+        [echo_task_config()],
+        _RaisesKeyboardInterrupt,
+        counter_envs(length=10),
+        parl.ManagerConfig(num_agents=2, runtime=runtime, max_episodes=40, max_seconds=30),
+    )
+    with pytest.raises(parl.AgentError) as info:
+        manager.run()
+    assert info.value.agent_id == 1 and isinstance(info.value.original, KeyboardInterrupt)
+
+
 class _NaNAgent(ActAgent):
     def observe(self, obs: np.ndarray, t: int) -> np.ndarray:
         return np.array([np.nan, 0.0], np.float32) if self.agent_id == 1 and t == 1 else obs

@@ -296,7 +296,7 @@ class AgentHelper:
         self._flush_fast()
         if game_over is not _NOT_OVER and type(game_over) is not GameOver:
             game_over = GameOver(int(game_over))  # an int (store_final passes a member: no lookup)
-        if game_over is not _NOT_OVER and (actions or rewards is not None or extras):
+        if game_over is not _NOT_OVER and (_holds(actions) or rewards is not None or _holds(extras)):
             raise SpecError(
                 f"agent {self.agent_id}, task {self.name!r}: store_data with game_over={game_over.name} records "
                 "an episode's final observation, which has no actions, rewards or extras (they would be "
@@ -600,6 +600,11 @@ def _concat(batches: list[TrainingBatch]) -> TrainingBatch:
     from parl.framework.computation_wrapper import pack_training_batches
 
     return pack_training_batches(batches)[0]
+
+
+def _holds(value: Any) -> bool:
+    """Whether ``value`` holds something to record: anything but None and an empty mapping."""
+    return value is not None and not (isinstance(value, Mapping) and not value)
 
 
 def _plain_row(inputs: Mapping[str, Any], check: tuple[str, tuple[int, ...], np.dtype, bool]) -> np.ndarray | None:

@@ -303,11 +303,14 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
                 control.agent_failed(slot.agent_id, rebuild_exc, traceback.format_exc(), restartable=False)
                 return
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "GreenletExit":
-                # An interrupted process (Ctrl-C reaches a worker process's hub in its main thread), or
-                # greenlet ending an abandoned agent: not this agent's failure.
+            if type(exc).__name__ == "GreenletExit" or (
+                isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()
+            ):
+                # greenlet ending an abandoned agent, or Ctrl-C (a signal reaches only a main thread: a
+                # worker process's hub runs its agents there): not this agent's failure.
                 raise
-            # SystemExit (a library calling sys.exit()) in the agent's code: this agent's failure, never
+            # SystemExit (a library calling sys.exit()), or a KeyboardInterrupt that the agent's own code
+            # raised (no signal reaches an agent's thread or a hub's): this agent's failure, never
             # restarted, on every runtime (a thread would otherwise end silently and a hub report it as
             # its own fault).
             _name_the_task(exc)

@@ -1293,12 +1293,16 @@ class ProcessRuntime:
         error = RuntimeError(f"{link.describe()} (agents {link.agent_ids}) died with exit code {exitcode}")
         c.record_fault("workers_lost")
         c.record_fault("episodes_lost", len(link.agent_ids))
-        if c.restart_failed_agents and c.restarts < c.max_restarts and not c.stop_requested and not self.stopping:
-            from parl.runtimes.control import AgentFailure
-
-            with self._lock:
+        with self._lock:  # checked and counted at once: another link's thread may restart meanwhile
+            restart = (
+                c.restart_failed_agents and c.restarts < c.max_restarts and not c.stop_requested and not self.stopping
+            )
+            if restart:
                 c.restarts += 1
                 self.worker_restarts += 1
+        if restart:
+            from parl.runtimes.control import AgentFailure
+
             c.failures.append(AgentFailure(link.agent_ids[0], error, "", True))
             logger.warning("%s; restarting it", error)
             for req, rep in link.buffers:
