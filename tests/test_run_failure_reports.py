@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import parl
+from parl.runtimes.control import RunControl
 from tests.test_agent_group_fakes import (
     ActAgent,
     CounterEnv,
@@ -328,3 +329,28 @@ def test_an_env_step_whose_reward_does_not_convert_is_still_counted(agent_cls: t
         assert (agent.total_steps, agent.episode_steps, budget.reserved) == (1, 1, 1)
     finally:
         wrapper.stop()
+
+
+def test_env_steps_never_counts_a_replaced_agent_twice() -> None:
+    """``track`` retires a replaced agent's steps, then replaces it: a reader in between (the Manager's
+    thread checking the step budget) must not see both, or a step budget would end the run early."""
+    control = RunControl(num_agents=1, max_steps=1_000)
+    old = parl.Agent(0, None, {})
+    old.total_steps = 100
+    control.track(0, old)
+    seen: list[int] = []
+
+    class Live(dict):  # type: ignore[type-arg]
+        def __setitem__(self, key: int, agent: parl.Agent) -> None:
+            # Between the two statements of track: another thread reads the count (it waits for the
+            # lock track holds, so give it a moment, then let track go on).
+            reader = threading.Thread(target=lambda: seen.append(control.env_steps))
+            reader.start()
+            reader.join(0.2)
+            super().__setitem__(key, agent)
+
+    control._live = Live(control._live)
+    control.track(0, parl.Agent(0, None, {}))  # a rebuilt agent: 100 steps retired, 0 of its own
+    wait_until(lambda: bool(seen), 5.0)
+    assert seen == [100]
+    assert control.env_steps == 100

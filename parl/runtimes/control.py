@@ -143,9 +143,11 @@ class RunControl:
         Agents in this process are counted live; runtimes that host agents elsewhere report steps
         when episodes end, and then this equals ``steps``.
         """
-        if not self._live:
-            return self.steps
-        return self._retired_steps + sum(a.total_steps for a in list(self._live.values()))
+        with self._lock:  # track() retires a replaced agent's steps and replaces it in two statements
+            if not self._live:
+                return self.steps
+            retired, live = self._retired_steps, list(self._live.values())
+        return retired + sum(a.total_steps for a in live)
 
     def episode_done(self, agent_id: int, episode_return: float, steps: int) -> None:
         """Record one finished episode."""
