@@ -172,6 +172,19 @@ class RunControl:
         """Count ``n`` fault events of ``kind`` (a :class:`FaultStats` field name)."""
         self.faults.add(kind, n)
 
+    def grant_restart(self) -> bool:
+        """Count one restart if the run allows another (restarts on, ``max_restarts`` not reached, no stop
+        requested); False otherwise. The one place the run's restart budget is checked and spent: agents
+        here, and a process runtime's workers, whose failures and deaths its link threads report."""
+        with self._lock:
+            return self._grant_restart_locked()
+
+    def _grant_restart_locked(self) -> bool:
+        if self.restart_failed_agents and self.restarts < self.max_restarts and not self.stop_requested:
+            self.restarts += 1
+            return True
+        return False
+
     def agent_failed(self, agent_id: int, error: BaseException, tb: str, restartable: bool = True) -> bool:
         """Record a failure; return True if the agent should be restarted.
 
@@ -181,17 +194,10 @@ class RunControl:
             # No restart once the run is stopping; but a failure then is still the run's failure: an
             # agent fails in its own code between the stop's request and its next wait, where the stop
             # reaches it (RunStopped, and a WrapperError while stopping, never come here).
-            restart = (
-                restartable
-                and self.restart_failed_agents
-                and self.restarts < self.max_restarts
-                and not self._stop.is_set()
-            )
+            restart = restartable and self._grant_restart_locked()
             failure = AgentFailure(agent_id, error, tb, restart)
             self.failures.append(failure)
-            if restart:
-                self.restarts += 1
-            elif self.fatal is None and not self.closing:
+            if not restart and self.fatal is None and not self.closing:
                 self.fatal = failure
         if restart:
             logger.warning("agent %d failed and is restarted (%d so far): %s", agent_id, self.restarts, error)

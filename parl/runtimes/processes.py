@@ -492,14 +492,8 @@ class _WorkerControl(RunControl):
 
     def agent_failed(self, agent_id: int, error: BaseException, tb: str, restartable: bool = True) -> bool:
         assert self.messenger is not None
-        restart = (
-            restartable
-            and self.restart_failed_agents
-            and self.restarts < self.max_restarts
-            and not self.stop_requested  # no restart once the run is stopping: the failure is the run's
-        )
-        if restart:
-            self.restarts += 1
+        # This worker's own budget and view of the stop; the learner's record_failure has the last word.
+        restart = restartable and self.grant_restart()
         try:
             self.messenger.send(("failure", agent_id, _picklable(error), tb, restart))
         except Exception:  # noqa: BLE001 - the learner may be gone
@@ -1270,21 +1264,16 @@ class ProcessRuntime:
     def record_failure(self, agent_id: int, error: BaseException, tb: str, restarted: bool) -> None:
         assert self.control is not None
         c = self.control
-        with self._lock:
-            # Each worker counts its own restarts (and a restarted worker from zero): the run's budget, and
-            # the stop, are the learner's. A failure past either ends the run, as on any other runtime.
-            if restarted and (c.restarts >= c.max_restarts or c.stop_requested or self.stopping):
-                restarted = False
-            if restarted:
-                c.restarts += 1
+        # Each worker counts its own restarts (and a restarted worker from zero): the run's budget, and
+        # the stop, are the learner's. A failure past either ends the run, as on any other runtime.
+        restarted = restarted and not self.stopping and c.grant_restart()
         if restarted:
             from parl.runtimes.control import AgentFailure
 
             c.failures.append(AgentFailure(agent_id, error, tb, True))
             logger.warning("agent %d failed in a worker and was restarted: %s", agent_id, error)
         else:
-            c.restart_failed_agents = False
-            c.agent_failed(agent_id, error, tb)
+            c.agent_failed(agent_id, error, tb, restartable=False)  # (the restart was refused above)
 
     def worker_died(self, link: _WorkerLink, exitcode: int) -> None:
         """A worker ended abnormally: restart it (with its agents) or fail the run."""
@@ -1293,14 +1282,9 @@ class ProcessRuntime:
         error = RuntimeError(f"{link.describe()} (agents {link.agent_ids}) died with exit code {exitcode}")
         c.record_fault("workers_lost")
         c.record_fault("episodes_lost", len(link.agent_ids))
-        with self._lock:  # checked and counted at once: another link's thread may restart meanwhile
-            restart = (
-                c.restart_failed_agents and c.restarts < c.max_restarts and not c.stop_requested and not self.stopping
-            )
-            if restart:
-                c.restarts += 1
+        if not self.stopping and c.grant_restart():
+            with self._lock:
                 self.worker_restarts += 1
-        if restart:
             from parl.runtimes.control import AgentFailure
 
             c.failures.append(AgentFailure(link.agent_ids[0], error, "", True))
@@ -1313,7 +1297,7 @@ class ProcessRuntime:
             except Exception as exc:  # noqa: BLE001 - a worker that cannot come back ends the run
                 c.agent_failed(link.agent_ids[0], exc, traceback.format_exc(), restartable=False)
         else:
-            c.agent_failed(link.agent_ids[0], error, f"{link.describe()}: exit code {exitcode}\n")
+            c.agent_failed(link.agent_ids[0], error, f"{link.describe()}: exit code {exitcode}\n", restartable=False)
 
     def alive(self) -> bool:
         return any(not link.exited for link in self.links)
