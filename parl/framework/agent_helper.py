@@ -1131,10 +1131,7 @@ class ExpReplayHelper(AgentHelper):
             for obs, action, ret, after, terminal, steps in rows:
                 add(obs, action, ret, after, terminal, steps)
             self._since_learn += len(rows)
-        if trigger is LearnTrigger.THREAD:
-            self._wake_learner()
-        elif trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
-            self.learn()
+        self._learn_on_schedule(trigger)
 
     def _store_transition(self, prev: tuple[np.ndarray, Any, float], next_obs: np.ndarray, terminal: bool) -> None:
         """:meth:`_store` of the one-row path: the transition ``prev`` -> ``next_obs``, then the learning schedule."""
@@ -1145,6 +1142,7 @@ class ExpReplayHelper(AgentHelper):
         with self._lock:  # (see _store)
             self.buffer.add_transition(obs, action, reward, next_obs, terminal)
             self._since_learn += 1
+        # _learn_on_schedule, written out: this runs once per agent step.
         if trigger is LearnTrigger.THREAD:
             self._wake_learner()
         elif trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
@@ -1202,9 +1200,13 @@ class ExpReplayHelper(AgentHelper):
         with self._lock:
             self.buffer.add(rows)
             self._since_learn += rows.size
-        if trigger == LearnTrigger.THREAD:
+        self._learn_on_schedule(trigger)
+
+    def _learn_on_schedule(self, trigger: LearnTrigger) -> None:
+        """After rows were stored: wake the learner thread, or learn here once ``learn_every`` rows are new."""
+        if trigger is LearnTrigger.THREAD:
             self._wake_learner()
-        elif trigger == LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
+        elif trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
             self.learn()
 
     def _raise_learner_error(self) -> None:
@@ -1327,6 +1329,7 @@ _ON_POLICY_ROW_PATH = (
 _ROW_PATH = (
     "store_step", "store_final", "store_data", "on_transition", "_completed", "on_episode_end", "_store",
     "_transition", "_n_step_rows", "_reward_fields", "_check", "_plain_input", "_returned", "_step_of_act",
+    "_learn_on_schedule",
 )  # fmt: skip
 """What a step of :class:`ExpReplayHelper`'s one-row path stands in for: a subclass that changes any of it
 takes the general path."""
