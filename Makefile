@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(PY) -m examples.demo
 
 test: $(TEST_STAMP)
-	$(PY) -m ruff check parl examples tests benchmarks
+	$(PY) -m ruff check parl examples tests benchmarks setup.py
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
@@ -29,10 +29,10 @@ test-slow: $(TEST_STAMP)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(PY) -m ruff check parl examples tests benchmarks
+	$(PY) -m ruff check parl examples tests benchmarks setup.py
 
 format: $(STAMP)
-	$(PY) -m ruff format parl examples tests benchmarks
+	$(PY) -m ruff format parl examples tests benchmarks setup.py
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

@@ -1,12 +1,14 @@
 """Package definition of parl; build and tool settings live in pyproject.toml."""
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
     name="parl",
     version="0.1.0",
     description="PARL-style reinforcement learning on PaddlePaddle 3: many agents, batched network calls",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
