@@ -75,6 +75,7 @@ from parl.framework.errors import HelperStateError, RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.runtimes.control import AgentSlot, RunControl
 from parl.runtimes.coroutines import Hub
+from parl.runtimes.episode_ledger import LEDGER_CAPACITY, EpisodeLedger
 from parl.runtimes.faults import FaultConfig
 from parl.runtimes.replicas import (
     ParamBoard,
@@ -410,11 +411,16 @@ class _WorkerMessenger:
     prediction request once ``EPISODE_REPORT_S`` passed since the last one (a message each round
     would cost the learner a wake-up each round), when the worker's hub idles, and before any other
     message (so the learner sees every report in the order the worker made it).
+
+    With a ``ledger`` (the process runtime's workers) every report is also written into it, and at
+    most ``ledger.capacity`` reports wait unsent: a worker killed between two flushes leaves the
+    learner the episodes it finished meanwhile (:class:`~parl.runtimes.episode_ledger.EpisodeLedger`).
     """
 
-    def __init__(self, conn: mpc.Connection, stop_event: Any) -> None:
+    def __init__(self, conn: mpc.Connection, stop_event: Any, ledger: EpisodeLedger | None = None) -> None:
         self.conn = conn
         self.stop_event = stop_event
+        self.ledger = ledger
         self._lock = threading.Lock()
         self._episodes: list[tuple[int, float, int]] = []
         self._predictions: list[tuple[int, int, int]] = []
@@ -429,6 +435,16 @@ class _WorkerMessenger:
         """Report a finished episode at the next flush (here, once ``EPISODE_REPORT_S`` passed since the last
         one: agents that never predict, and so never start a round, report on time too)."""
         with self._lock:
+            ledger = self.ledger
+            if ledger is not None:
+                if len(self._episodes) >= ledger.capacity:
+                    # The ledger keeps the newest `capacity` records: none that is unsent may be overwritten.
+                    try:
+                        self._flush_locked()
+                    except (EOFError, OSError):
+                        logger.debug("could not report episodes: the learner is gone")
+                        self._episodes.clear()
+                ledger.write(agent_id, episode_return, steps)
             self._episodes.append((agent_id, episode_return, steps))
             if time.monotonic() - self._last_report >= EPISODE_REPORT_S:
                 try:
@@ -563,13 +579,16 @@ class _Worker:
         stop_event: Any,
         helper_states: AgentHelperStates | None = None,
         replicas: Sequence[ReplicaSource | None] | None = None,
+        ledger: str | None = None,
     ) -> None:
         self.worker, self.agent_ids, self.spec = worker, agent_ids, spec
         # Loaded into each agent's helpers when it is first built (popped: an agent rebuilt after
         # its own failure starts with fresh helpers, as in every runtime).
         self.pending_states: AgentHelperStates = dict(helper_states or {})
         self.pred_conn, self.msg_conn, self.stop_event = pred_conn, msg_conn, stop_event
-        self.messenger = _WorkerMessenger(msg_conn, stop_event)
+        # The learner's episode ledger for this launch (None on Ray, whose actors may run on other machines).
+        self.ledger = EpisodeLedger(LEDGER_CAPACITY, ledger) if ledger is not None else None
+        self.messenger = _WorkerMessenger(msg_conn, stop_event, self.ledger)
         built = build_replicas(replicas, worker, spec.seed) if replicas and any(replicas) else [None] * len(spec.tasks)
         self.wrappers = [
             _RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger, built[i])
@@ -692,6 +711,8 @@ class _Worker:
                     w.reply.close()
                 if w.replica is not None:
                     w.replica.close()
+            if self.ledger is not None:
+                self.ledger.close()
 
 
 def _worker_main(
@@ -704,10 +725,13 @@ def _worker_main(
     stop_event: Any,
     helper_states: AgentHelperStates | None = None,
     replicas: Sequence[ReplicaSource | None] | None = None,
+    ledger: str | None = None,
 ) -> None:
     """Entry point of a worker process."""
     try:
-        body = _Worker(worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event, helper_states, replicas)
+        body = _Worker(
+            worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event, helper_states, replicas, ledger
+        )
     except BaseException as exc:  # noqa: BLE001 - e.g. a replica that cannot be built: the learner must know why
         first = agent_ids[0] if agent_ids else -1
         with contextlib.suppress(Exception):
@@ -790,6 +814,10 @@ class _WorkerLink:
         # "still running"); the serving thread and close() take turns.
         self._reap_lock = threading.Lock()
         self.buffers: list[tuple[_SharedArrays, _SharedArrays]] = []
+        self.ledger: EpisodeLedger | None = None
+        """This launch's episode ledger (see :meth:`_recover_episodes`); None on Ray."""
+        self.reported = 0
+        """Episode reports received from this launch of the worker."""
         self._extra_names: dict[int, frozenset[str]] = {}  # per task index: what a reply carries of the extras
         # Helper-state requests waiting for their answer; `ready` is False while the worker (re)starts.
         self._replies_lock = threading.Lock()
@@ -885,6 +913,9 @@ class _WorkerLink:
             (_SharedArrays(_request_specs(t), capacity), _SharedArrays(_reply_specs(t), capacity)) for t in rt.specs
         ]
         channels = [_TaskChannel(req.shm.name, rep.shm.name, capacity) for req, rep in self.buffers]
+        if self.ledger is not None:
+            self.ledger.close()  # the last launch's, read when that worker ended
+        self.ledger, self.reported = EpisodeLedger(LEDGER_CAPACITY), 0
         pred_conn, child_pred = ctx.Pipe(duplex=True)
         msg_conn, child_msg = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
@@ -899,6 +930,7 @@ class _WorkerLink:
                 rt.stop_event,
                 rt.helper_states_for(self.agent_ids),
                 rt.replica_sources,
+                self.ledger.name,
             ),
             name=f"parl-worker-{self.index}",
             # Not daemonic, so that a worker may host its envs in processes of their own (FaultConfig);
@@ -1016,6 +1048,7 @@ class _WorkerLink:
                 return
             wrapper.training_q.put((proxy, batch))  # type: ignore[arg-type]
         elif kind == "episodes":
+            self.reported += len(msg[1])
             for agent_id, episode_return, steps in msg[1]:
                 self.control.episode_done(agent_id, episode_return, steps)
         elif kind == "predictions":
@@ -1046,10 +1079,34 @@ class _WorkerLink:
             reply.ended = True
             reply.done.set()
         code = self._exit_code()
+        if not self.said_goodbye:
+            self._recover_episodes()
         # A worker says goodbye at the end of its run, whatever ended it: one that ends without it
         # (killed, crashed, or os._exit(0) in an env) lost its agents, even with exit code 0.
         if not self.said_goodbye and not self.runtime.stopping:
             self.runtime.worker_died(self, code if code is not None else -1)
+
+    def _recover_episodes(self) -> None:
+        """Count the episodes a worker that ended without its goodbye finished but never reported (the
+        last ``EPISODE_REPORT_S`` of its run), from its ledger: every message it sent has been read."""
+        if self.ledger is None:
+            return
+        try:
+            records, overwritten = self.ledger.unreported(self.reported)
+        except RuntimeError:
+            return  # closed: the runtime stopped and freed it meanwhile
+        for agent_id, episode_return, steps in records:
+            if agent_id in self.agent_ids:
+                self.control.episode_done(agent_id, episode_return, steps)
+        self.reported += len(records)
+        if records:
+            logger.warning(
+                "%s ended with %d finished episodes not yet reported; counted them from its episode ledger",
+                self.describe(),
+                len(records),
+            )
+        if overwritten:  # a worker keeps at most the ledger's capacity unsent: this is a bug if seen
+            logger.error("%s: %d episode reports were overwritten in its ledger", self.describe(), overwritten)
 
     def close(self, timeout: float) -> bool:
         """Join the process (killing it if needed) and free the buffers; True if it ended in time."""
@@ -1070,6 +1127,8 @@ class _WorkerLink:
         for req, rep in self.buffers:
             req.close()
             rep.close()
+        if self.ledger is not None:
+            self.ledger.close()
         for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
             if conn is not None:
                 conn.close()

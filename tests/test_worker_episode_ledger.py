@@ -1,0 +1,155 @@
+"""A killed worker's finished episodes are counted: the episode ledger in shared memory, the worker's
+bound on unsent reports, and the learner's recovery when a worker ends without its goodbye."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import parl
+from parl.runtimes import processes
+from parl.runtimes.episode_ledger import EpisodeLedger
+from parl.runtimes.processes import _WorkerMessenger
+from tests.test_agent_group_fakes import ActAgent, CounterEnv, echo_task_config
+
+
+def test_the_ledger_returns_what_was_not_reported_oldest_first() -> None:
+    ledger = EpisodeLedger(capacity=8)
+    try:
+        for k in range(5):
+            ledger.write(agent_id=k % 2, episode_return=0.5 + k, steps=10 + k)
+        assert ledger.unreported(reported=5) == ([], 0)
+        assert ledger.unreported(reported=3) == ([(1, 3.5, 13), (0, 4.5, 14)], 0)
+        assert ledger.unreported(reported=0)[0][0] == (0, 0.5, 10)
+    finally:
+        ledger.close()
+
+
+def test_a_second_process_attached_by_name_reads_the_writers_records() -> None:
+    ledger = EpisodeLedger(capacity=4)
+    writer = EpisodeLedger(capacity=4, name=ledger.name)
+    try:
+        writer.write(7, -2.25, 3)
+        assert ledger.unreported(0) == ([(7, -2.25, 3)], 0)
+        # Agent ids and step counts are exact well beyond what a run reaches.
+        writer.write(2**40, 1e9, 2**50)
+        assert ledger.unreported(1) == ([(2**40, 1e9, 2**50)], 0)
+    finally:
+        writer.close()
+        ledger.close()
+
+
+def test_a_full_ring_keeps_the_newest_records_and_says_how_many_it_lost() -> None:
+    ledger = EpisodeLedger(capacity=3)
+    try:
+        for k in range(7):
+            ledger.write(0, float(k), 1)
+        records, overwritten = ledger.unreported(reported=1)
+        assert [r[1] for r in records] == [4.0, 5.0, 6.0]
+        assert overwritten == 3  # records 1, 2 and 3
+    finally:
+        ledger.close()
+
+
+def test_a_closed_ledger_refuses_reads_and_closes_twice_quietly() -> None:
+    ledger = EpisodeLedger(capacity=2)
+    ledger.close()
+    ledger.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        ledger.unreported(0)
+    with pytest.raises(ValueError, match="at least 1 record"):
+        EpisodeLedger(capacity=0)
+
+
+class _Pipe:
+    """A message connection that keeps what is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def send(self, msg: Any) -> None:
+        self.sent.append(msg)
+
+
+def test_a_worker_keeps_no_more_unsent_reports_than_its_ledger_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(processes, "EPISODE_REPORT_S", 3600.0)  # no flush by time
+    ledger = EpisodeLedger(capacity=4)
+    pipe = _Pipe()
+    messenger = _WorkerMessenger(pipe, stop_event=None, ledger=ledger)  # type: ignore[arg-type]
+    try:
+        for k in range(10):
+            messenger.episode(k, float(k), k + 1)
+            assert len(messenger._episodes) <= ledger.capacity
+        sent = [e for kind, items in pipe.sent if kind == "episodes" for e in items]
+        assert [e[0] for e in sent] == [0, 1, 2, 3, 4, 5, 6, 7]  # two flushes of four, when the ledger was full
+        # What was not sent is exactly what the ledger gives back, with nothing overwritten.
+        assert ledger.unreported(len(sent)) == ([(8, 8.0, 9), (9, 9.0, 10)], 0)
+    finally:
+        ledger.close()
+
+
+class _SerialEnv(CounterEnv):
+    """Episodes of two steps whose last reward is the episode's serial number, kept in ``log`` across
+    worker launches; the worker's process is killed at the reset after ``kill_after`` episodes (once)."""
+
+    def __init__(self, log: Path, kill_after: int) -> None:
+        super().__init__(tag=0.0, length=2)
+        self.log, self.kill_after = log, kill_after
+
+    def _serials(self) -> list[int]:
+        return [int(x) for x in self.log.read_text().split()] if self.log.exists() else []
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        marker = self.log.with_suffix(".killed")
+        if len(self._serials()) >= self.kill_after and not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> Any:
+        obs, _, terminated, truncated, info = super().step(action)
+        reward = 0.0
+        if terminated:
+            serial = len(self._serials()) + 1
+            with self.log.open("a") as f:
+                f.write(f"{serial}\n")
+            reward = float(serial)
+        return obs, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("predict_in_workers", [False, True], ids=["learner-predicts", "replicas"])
+def test_the_episodes_a_killed_worker_had_not_reported_are_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, predict_in_workers: bool
+) -> None:
+    # Workers report every hour: every episode of the first launch is still unsent when it is killed
+    # (the fork copies the module's setting).
+    monkeypatch.setattr(processes, "EPISODE_REPORT_S", 3600.0)
+    log, kill_after = tmp_path / "serials", 12
+    manager = parl.Manager(
+        [echo_task_config(wrapper=parl.WrapperConfig(predict_in_workers=predict_in_workers))],
+        ActAgent,
+        lambda i: _SerialEnv(log, kill_after),
+        parl.ManagerConfig(
+            num_agents=1,
+            runtime="processes",
+            num_workers=1,
+            max_episodes=kill_after + 3,
+            max_seconds=60,
+            restart_failed_agents=True,
+        ),
+    )
+    with caplog.at_level(logging.WARNING, logger="parl.runtimes.processes"):
+        report = manager.run()
+    assert report.restarts == 1 and report.faults.workers_lost == 1
+    # Every episode the first launch finished is in the report, with its return, in order.
+    assert report.returns[0][:kill_after] == [float(s) for s in range(1, kill_after + 1)]
+    assert report.lengths[0][:kill_after] == [2] * kill_after
+    recovered = [r for r in caplog.records if "counted them from its episode ledger" in r.getMessage()]
+    assert recovered and f"with {kill_after} finished episodes" in recovered[0].getMessage()
+    assert np.all(np.diff(report.returns[0]) == 1.0)  # nothing counted twice, nothing skipped
