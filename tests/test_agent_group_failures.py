@@ -247,6 +247,31 @@ def test_restart_failed_agents_rebuilds_and_completes_the_budget(runtime: str) -
     assert all(length == 6 for lengths in report.lengths.values() for length in lengths)
 
 
+def test_a_rebuild_that_raises_ends_the_run_with_its_error_and_the_restart_stays_counted(runtime: str) -> None:
+    built: dict[int, int] = {}
+
+    def make_env(i: int) -> CounterEnv:
+        # Agent 1's first env fails on its third step, and its env cannot be made again.
+        built[i] = built.get(i, 0) + 1
+        if i == 1 and built[i] > 1:
+            raise OSError("simulator licence server unreachable")
+        return CounterEnv(tag=i, length=6, fail_at_step=2 if i == 1 else None)
+
+    manager = parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        make_env,
+        _config(runtime, max_episodes=10_000, restart_failed_agents=True),
+    )
+    err = _run_expecting(manager)
+    assert err.agent_id == 1 and "licence server unreachable" in str(err)
+    assert isinstance(err.original, OSError)
+    assert manager.control is not None
+    # The agent's own failure was restarted (granted and counted); the rebuild's failure was not.
+    assert manager.control.restarts == 1
+    assert [(f.agent_id, f.restarted) for f in manager.control.failures] == [(1, True), (1, False)]
+
+
 def test_restarts_are_bounded_then_the_run_fails(runtime: str) -> None:
     manager = parl.Manager(
         [echo_task_config()],

@@ -344,3 +344,38 @@ def test_a_learn_result_for_a_killed_worker_does_not_reach_its_successor() -> No
     assert killed, "the worker was not killed during a learning call"
     assert report.restarts == 1 and report.faults.workers_lost == 1
     assert _no_children()
+
+
+def test_in_a_worker_a_rebuild_that_raises_ends_the_run_with_its_error() -> None:
+    builds: dict[int, int] = {}
+
+    def make_env(i: int) -> CounterEnv:
+        # Agent 1's first env fails on its third step; building its env again raises (in the worker,
+        # whose copy of ``builds`` sees both builds).
+        builds[i] = builds.get(i, 0) + 1
+        if i == 1 and builds[i] > 1:
+            raise OSError("simulator licence server unreachable")
+        return CounterEnv(tag=i, length=6, fail_at_step=2 if i == 1 else None)
+
+    manager = parl.Manager(
+        [echo_task_config()],
+        ActAgent,
+        make_env,
+        parl.ManagerConfig(
+            num_agents=2,
+            runtime="processes",
+            num_workers=2,
+            max_episodes=10_000,
+            max_seconds=30,
+            restart_failed_agents=True,
+        ),
+    )
+    start = time.monotonic()
+    with pytest.raises(parl.AgentError, match="licence server unreachable") as info:
+        manager.run()
+    assert time.monotonic() - start < 20
+    assert info.value.agent_id == 1
+    assert manager.control is not None
+    assert manager.control.restarts == 1
+    assert [(f.agent_id, f.restarted) for f in manager.control.failures] == [(1, True), (1, False)]
+    assert _no_children()
