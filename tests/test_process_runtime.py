@@ -225,9 +225,9 @@ def check_stop_during_a_restart(monkeypatch: pytest.MonkeyPatch, runtime: str, l
 
 @pytest.mark.timeout(90)
 def test_a_run_stopped_while_a_worker_restarts_stops_the_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
-    from parl.runtimes.processes import _WorkerLink
+    from parl.runtimes.processes import WorkerLink
 
-    check_stop_during_a_restart(monkeypatch, "processes", _WorkerLink, _kill_worker(0))
+    check_stop_during_a_restart(monkeypatch, "processes", WorkerLink, _kill_worker(0))
     assert _no_children_left()
 
 
@@ -235,9 +235,9 @@ def test_a_run_stopped_while_a_worker_restarts_stops_the_replacement(monkeypatch
 def test_a_replacement_that_comes_up_after_the_stop_gave_up_on_it_stops_itself(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from parl.runtimes.processes import _WorkerLink
+    from parl.runtimes.processes import WorkerLink
 
-    began = _slow_restarts(monkeypatch, _WorkerLink, 2.0)  # longer than stop() waits for it
+    began = _slow_restarts(monkeypatch, WorkerLink, 2.0)  # longer than stop() waits for it
     m = _manager(
         parl.ManagerConfig(
             num_agents=4, runtime="processes", num_workers=2, max_seconds=60, restart_failed_agents=True,
@@ -260,14 +260,14 @@ def test_a_replacement_that_comes_up_after_the_stop_gave_up_on_it_stops_itself(
 @pytest.mark.timeout(60)
 def test_a_worker_whose_serving_fails_reports_the_error_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not the task but the worker's own packing raises: its agents get a WrapperError naming the cause."""
-    import parl.runtimes.processes as processes
+    import parl.runtimes.process_worker as worker
 
     def broken_check(inputs, specs):  # type: ignore[no-untyped-def]
         raise MemoryError("packing exploded in the worker")
 
     # The check of every packed batch, general requests and act()'s rows alike; the forked workers
     # inherit the patch.
-    monkeypatch.setattr(processes, "all_finite", broken_check)
+    monkeypatch.setattr(worker, "all_finite", broken_check)
     m = _manager(parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_seconds=30))
     start = time.monotonic()
     with pytest.raises(parl.AgentError) as info:
@@ -332,16 +332,16 @@ def test_task_error_in_the_learner_reaches_the_worker_agents_as_task_error() -> 
 
 
 def _greedy_link() -> tuple[object, parl.ComputationTask, list]:
-    """What ``_WorkerLink._predict`` reads of its link: the runtime's tasks and wrappers, its cache of extra
+    """What ``WorkerLink._predict`` reads of its link: the runtime's tasks and wrappers, its cache of extra
     names, and shared buffers."""
     from types import SimpleNamespace
 
-    from parl.runtimes.processes import TaskSpecs, _reply_specs, _request_specs, _SharedArrays
+    from parl.runtimes.process_protocol import SharedArrays, TaskSpecs, reply_specs, request_specs
 
     task = parl.ComputationTask("RL", _RecordingGreedy(CartPoleQModel(32)))
     wrapper = parl.ComputationWrapper(task)
     specs = TaskSpecs.of(task, wrapper.config)
-    buffers = [(_SharedArrays(_request_specs(specs), 8), _SharedArrays(_reply_specs(specs), 8))]
+    buffers = [(SharedArrays(request_specs(specs), 8), SharedArrays(reply_specs(specs), 8))]
     link = SimpleNamespace(runtime=SimpleNamespace(tasks=[task], wrappers=[wrapper]), _extra_names={})
     return link, task, buffers
 
@@ -350,7 +350,8 @@ def _greedy_link() -> tuple[object, parl.ComputationTask, list]:
 def test_prediction_protocol_answers_through_shared_memory_inline_and_with_errors() -> None:
     import pickle
 
-    from parl.runtimes.processes import _ERROR, _INLINE, _OK, _SHM, _SHM_REQUEST, _WorkerLink
+    from parl.runtimes.process_protocol import SHM_REQUEST, TAG_ERROR, TAG_INLINE, TAG_OK, TAG_SHM
+    from parl.runtimes.processes import WorkerLink
 
     link, task, buffers = _greedy_link()
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
@@ -359,17 +360,17 @@ def test_prediction_protocol_answers_through_shared_memory_inline_and_with_error
         # Arrays in shared memory: a 12-byte request (5 rows of 3 agents' requests), a one-byte reply,
         # actions in the reply buffer.
         buffers[0][0].write({"in.obs": obs}, 5)
-        request = _SHM_REQUEST.pack(_SHM, 0, 5, 3, False)
-        assert _WorkerLink._predict(link, request, buffers) == _OK  # type: ignore[arg-type]
+        request = SHM_REQUEST.pack(TAG_SHM, 0, 5, 3, False)
+        assert WorkerLink._predict(link, request, buffers) == TAG_OK  # type: ignore[arg-type]
         np.testing.assert_array_equal(buffers[0][1].read(5, copy=True)["act.action"], expected)
         # Arrays in the message (no shared memory): the reply carries the output arrays.
-        reply = _WorkerLink._predict(link, _INLINE + pickle.dumps((0, 5, 5, False, {"obs": obs}, {})), buffers)  # type: ignore[arg-type]
-        assert reply[:1] == _INLINE
+        reply = WorkerLink._predict(link, TAG_INLINE + pickle.dumps((0, 5, 5, False, {"obs": obs}, {})), buffers)  # type: ignore[arg-type]
+        assert reply[:1] == TAG_INLINE
         np.testing.assert_array_equal(pickle.loads(reply[1:])["act.action"], expected)
         # A request the task refuses: the error and its traceback, for the worker's agents.
-        bad = _INLINE + pickle.dumps((0, 5, 5, False, {"obs": obs[:, :3]}, {}))
-        reply = _WorkerLink._predict(link, bad, buffers)  # type: ignore[arg-type]
-        assert reply[:1] == _ERROR
+        bad = TAG_INLINE + pickle.dumps((0, 5, 5, False, {"obs": obs[:, :3]}, {}))
+        reply = WorkerLink._predict(link, bad, buffers)  # type: ignore[arg-type]
+        assert reply[:1] == TAG_ERROR
         error, tb = pickle.loads(reply[1:])
         assert isinstance(error, Exception) and "Traceback" in tb
         stats = link.runtime.wrappers[0].prediction_stats  # type: ignore[attr-defined]
@@ -392,17 +393,17 @@ def test_a_busy_worker_reports_episodes_every_interval_in_order(monkeypatch: pyt
     """Episode reports go with a round only once per EPISODE_REPORT_S, all of them, and before any other message."""
     from types import SimpleNamespace
 
-    import parl.runtimes.processes as processes
+    import parl.runtimes.process_worker as worker
 
     clock = [100.0]
-    monkeypatch.setattr(processes, "time", SimpleNamespace(monotonic=lambda: clock[0]))  # this module's clock only
+    monkeypatch.setattr(worker, "time", SimpleNamespace(monotonic=lambda: clock[0]))  # this module's clock only
     conn = _FakeConn()
-    messenger = processes._WorkerMessenger(conn, stop_event=mp.Event())  # type: ignore[arg-type]
+    messenger = worker.WorkerMessenger(conn, stop_event=mp.Event())  # type: ignore[arg-type]
     messenger.episode(0, 1.0, 10)
     messenger.flush_due()
     assert conn.sent == []  # within the interval: kept for later
     messenger.episode(1, 2.0, 20)
-    clock[0] += 1.5 * processes.EPISODE_REPORT_S
+    clock[0] += 1.5 * worker.EPISODE_REPORT_S
     messenger.flush_due()
     assert conn.sent == [("episodes", [(0, 1.0, 10), (1, 2.0, 20)])]
     messenger.episode(2, 3.0, 30)
@@ -471,7 +472,8 @@ def test_a_worker_fails_its_agents_on_a_reply_it_cannot_read() -> None:
     from types import SimpleNamespace
 
     from parl.framework.communicator import Failure, PredictRequest
-    from parl.runtimes.processes import _ERROR, _INLINE, TaskSpecs, _RemoteWrapper
+    from parl.runtimes.process_protocol import TAG_ERROR, TAG_INLINE, TaskSpecs
+    from parl.runtimes.process_worker import RemoteWrapper
 
     _, task, _ = _greedy_link()
     specs = TaskSpecs.of(task, parl.WrapperConfig())
@@ -479,13 +481,13 @@ def test_a_worker_fails_its_agents_on_a_reply_it_cannot_read() -> None:
     obs = np.zeros(4, np.float32)
     for reply, expected in (
         (b"x", "the learner's reply has tag b'x'"),
-        (_ERROR + pickle.dumps((ValueError("refused by the task"), "tb")), "refused by the task"),
+        (TAG_ERROR + pickle.dumps((ValueError("refused by the task"), "tb")), "refused by the task"),
     ):
         conn = _ScriptedConn(reply)
-        wrapper = _RemoteWrapper(0, specs, None, conn, messenger)  # type: ignore[arg-type]
+        wrapper = RemoteWrapper(0, specs, None, conn, messenger)  # type: ignore[arg-type]
         sinks = [_AnswerSink(), _AnswerSink()]
         wrapper.serve_predictions([(s, PredictRequest({"obs": obs}, {}, False, True)) for s in sinks])  # type: ignore[misc]
-        assert conn.sent and conn.sent[0][:1] == _INLINE  # no shared memory: the arrays went inline
+        assert conn.sent and conn.sent[0][:1] == TAG_INLINE  # no shared memory: the arrays went inline
         for sink in sinks:
             (answer,) = sink.answers
             assert isinstance(answer, Failure) and expected in str(answer.error)

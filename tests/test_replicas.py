@@ -168,7 +168,7 @@ def test_a_replica_hands_back_only_the_declared_extras() -> None:
 
 
 def test_tasks_on_one_algorithm_share_its_blocks_and_publish_once_per_learn() -> None:
-    from parl.runtimes.processes import TaskSpecs
+    from parl.runtimes.process_protocol import TaskSpecs
 
     algo = Regression(lambda: TinyQ())
     tasks = [parl.ComputationTask("A", algo), parl.ComputationTask("B", algo), _task(6)]

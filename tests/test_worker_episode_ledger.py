@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import parl
-from parl.runtimes import processes
+from parl.runtimes import process_worker
 from parl.runtimes.episode_ledger import EpisodeLedger
-from parl.runtimes.processes import _WorkerMessenger
+from parl.runtimes.process_worker import WorkerMessenger
 from tests.test_agent_group_fakes import ActAgent, CounterEnv, echo_task_config
 
 
@@ -78,10 +78,10 @@ class _Pipe:
 
 
 def test_a_worker_keeps_no_more_unsent_reports_than_its_ledger_holds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(processes, "EPISODE_REPORT_S", 3600.0)  # no flush by time
+    monkeypatch.setattr(process_worker, "EPISODE_REPORT_S", 3600.0)  # no flush by time
     ledger = EpisodeLedger(capacity=4)
     pipe = _Pipe()
-    messenger = _WorkerMessenger(pipe, stop_event=None, ledger=ledger)  # type: ignore[arg-type]
+    messenger = WorkerMessenger(pipe, stop_event=None, ledger=ledger)  # type: ignore[arg-type]
     try:
         for k in range(10):
             messenger.episode(k, float(k), k + 1)
@@ -129,7 +129,7 @@ def test_the_episodes_a_killed_worker_had_not_reported_are_counted(
 ) -> None:
     # Workers report every hour: every episode of the first launch is still unsent when it is killed
     # (the fork copies the module's setting).
-    monkeypatch.setattr(processes, "EPISODE_REPORT_S", 3600.0)
+    monkeypatch.setattr(process_worker, "EPISODE_REPORT_S", 3600.0)
     log, kill_after = tmp_path / "serials", 12
     manager = parl.Manager(
         [echo_task_config(wrapper=parl.WrapperConfig(predict_in_workers=predict_in_workers))],

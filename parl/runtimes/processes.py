@@ -33,720 +33,78 @@ final states before it ends, so a checkpoint written after the run has them too.
 Agents are built with the states given to their worker at start: those of the
 checkpoint the run resumed from, and, for a worker restarted after it died,
 those of the last checkpoint saved during the run.
+
+This module is the learner's side (:class:`ProcessRuntime`, and a :class:`WorkerLink` per worker);
+the worker's side is :mod:`parl.runtimes.process_worker`, and what both share (specs, shared arrays,
+the bytes of the prediction protocol) :mod:`parl.runtimes.process_protocol`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import itertools
 import logging
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
 import pickle
-import queue
-import struct
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from parl.data.packing import pack_fields, stack_rows
-from parl.data.specs import FieldSpec, SpecError, all_finite, check_fields
-from parl.envs.guarded import guard_env
-from parl.framework.agent import Agent
-from parl.framework.agent_helper import AgentHelper
-from parl.framework.communicator import Communicator, Failure, PredictRequest
+from parl.framework.communicator import Communicator, Failure
 from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import (
     ComputationWrapper,
-    WrapperConfig,
-    answer_predictions,
     check_prediction_rows,
-    explore_groups,
-    pack_requests,
 )
-from parl.framework.errors import HelperStateError, RunStopped, WrapperError
-from parl.framework.types import LearnResult, Prediction, TrainingBatch
+from parl.framework.errors import HelperStateError
+from parl.framework.types import LearnResult
 from parl.runtimes.control import AgentSlot, RunControl
-from parl.runtimes.coroutines import Hub
 from parl.runtimes.episode_ledger import LEDGER_CAPACITY, EpisodeLedger
-from parl.runtimes.faults import FaultConfig
+from parl.runtimes.process_protocol import (
+    SHM_REQUEST,
+    TAG_ERROR,
+    TAG_INLINE,
+    TAG_OK,
+    AgentHelperStates,
+    HelperStates,
+    RemoteAgentSpec,
+    SharedArrays,
+    TaskChannel,
+    TaskSpecs,
+    picklable,
+    reply_specs,
+    request_specs,
+)
+from parl.runtimes.process_worker import worker_main
 from parl.runtimes.replicas import (
     ParamBoard,
-    PredictionReplica,
     ReplicaSource,
     SampleCounters,
-    build_replicas,
     models_quiet,
 )
-from parl.runtimes.shared_block import SharedBlock
 from parl.runtimes.stop_flag import StopFlag
 
-__all__ = ["ProcessRuntime", "TaskSpecs", "RemoteAgentSpec", "HelperStates", "HelperStateError", "AgentHelperStates"]
+__all__ = [
+    "ProcessRuntime",
+    "TaskSpecs",
+    "RemoteAgentSpec",
+    "HelperStates",
+    "HelperStateError",
+    "AgentHelperStates",
+    "WorkerLink",
+    "default_num_workers",
+]
 
 logger = logging.getLogger(__name__)
-
-AgentHelperStates = dict[int, dict[str, dict[str, Any]]]
-"""Agent id -> task name -> that agent's ``helper.state_dict()``."""
-
-
-@dataclass
-class HelperStates:
-    """The helper states of a run's agents at one moment, and the agents whose states are missing."""
-
-    states: AgentHelperStates = field(default_factory=dict)
-    """Agent id -> task name -> ``helper.state_dict()`` (replay buffers, their RNG and schedule)."""
-    missing: dict[int, str] = field(default_factory=dict)
-    """Agent id -> why its helper states are not in :attr:`states` (its worker died, ...)."""
-
-
-@dataclass
-class TaskSpecs:
-    """What an agent's side needs to know of a task: its name, specs and batching limits."""
-
-    name: str
-    input_specs: list[FieldSpec]
-    state_specs: list[FieldSpec]
-    action_specs: list[FieldSpec]
-    reward_specs: list[FieldSpec]
-    extra_learn_specs: list[FieldSpec]
-    extra_predict_specs: list[FieldSpec]
-    config: WrapperConfig
-
-    @classmethod
-    def of(cls, task: ComputationTask, config: WrapperConfig) -> TaskSpecs:
-        return cls(
-            task.name,
-            task.input_specs,
-            task.state_specs,
-            task.action_specs,
-            task.reward_specs,
-            task.extra_learn_specs,
-            task.extra_predict_specs,
-            config,
-        )
-
-    def check_batch(self, batch: TrainingBatch, agent_id: int | None = None) -> TrainingBatch:
-        """The same validation as ``ComputationTask.check_batch``, without the task."""
-        return ComputationTask.check_batch(self, batch, agent_id)  # type: ignore[arg-type]
-
-    def initial_states(self, batch_size: int) -> dict[str, np.ndarray]:
-        return {s.name: np.zeros((batch_size,) + s.shape, s.np_dtype) for s in self.state_specs}
-
-
-@dataclass
-class RemoteAgentSpec:
-    """How a worker builds its agents (everything here must survive the process start)."""
-
-    tasks: list[TaskSpecs]
-    helpers: list[tuple[Callable[..., AgentHelper], Any]]
-    agent_factory: Callable[..., Agent]
-    make_env: Callable[[int], Any] | None
-    faults: FaultConfig
-    seed: int
-    restart_failed_agents: bool
-    max_restarts: int
-
-
-# --------------------------------------------------------------------------- shared memory
-
-
-class _SharedArrays(SharedBlock):
-    """Named arrays of ``capacity`` rows (one per field spec) laid out in one shared-memory block."""
-
-    def __init__(self, specs: Sequence[FieldSpec], capacity: int, name: str | None = None) -> None:
-        self.specs = list(specs)
-        self.capacity = capacity
-        super().__init__([(s.name, (capacity,) + s.shape, s.np_dtype) for s in self.specs], name)
-
-    def write(self, data: Mapping[str, np.ndarray], rows: int) -> None:
-        for k, v in data.items():
-            self.views[k][:rows] = v
-
-    def read(self, rows: int, copy: bool) -> dict[str, np.ndarray]:
-        return {k: (v[:rows].copy() if copy else v[:rows]) for k, v in self.views.items()}
-
-
-@dataclass
-class _TaskChannel:
-    """Shared-memory names of one (worker, task) pair."""
-
-    request_name: str
-    reply_name: str
-    capacity: int
-
-
-def _request_specs(t: TaskSpecs) -> list[FieldSpec]:
-    return [FieldSpec(f"in.{s.name}", s.shape, s.dtype, True) for s in t.input_specs] + [
-        FieldSpec(f"st.{s.name}", s.shape, s.dtype, True) for s in t.state_specs
-    ]
-
-
-def _reply_specs(t: TaskSpecs) -> list[FieldSpec]:
-    return (
-        [FieldSpec(f"act.{s.name}", s.shape, s.dtype, True) for s in t.action_specs]
-        + [FieldSpec(f"st.{s.name}", s.shape, s.dtype, True) for s in t.state_specs]
-        + [FieldSpec(f"ex.{s.name}", s.shape, s.dtype, True) for s in t.extra_predict_specs]
-    )
-
-
-# The prediction protocol, one request and one reply per round in bytes (no pickling on the common path):
-# a request whose arrays are in shared memory is ``_SHM_REQUEST`` (tag, task index, rows, the agents'
-# requests among them, explore); one whose arrays travel with it (no shared memory: a Ray actor) is
-# ``_INLINE`` + pickle of (task index, rows, requests, explore, inputs, states). The reply is ``_OK``
-# (actions in shared memory), ``_INLINE`` + pickle of the output arrays, or ``_ERROR`` + pickle of
-# (error, traceback).
-_SHM_REQUEST = struct.Struct("<cHII?")
-_SHM, _INLINE, _OK, _ERROR = b"s", b"i", b"o", b"e"
-
-
-# --------------------------------------------------------------------------- worker side
-
-
-class _RemoteWrapper:
-    """Stands in for a ComputationWrapper inside a worker process."""
-
-    def __init__(
-        self,
-        index: int,
-        specs: TaskSpecs,
-        channel: _TaskChannel | None,
-        pred_conn: mpc.Connection,
-        msg: _WorkerMessenger,
-        replica: PredictionReplica | None = None,
-    ) -> None:
-        self.index = index
-        self.task = specs
-        self.replica = replica
-        """This worker's copy of the task (``predict_in_workers``): rounds are predicted here, not sent."""
-        self.config = specs.config
-        # Without a channel (a worker on another machine) the arrays travel in the messages themselves.
-        self.request: _SharedArrays | None = None
-        self.reply: _SharedArrays | None = None
-        if channel is not None:
-            self.request = _SharedArrays(_request_specs(specs), channel.capacity, channel.request_name)
-            self.reply = _SharedArrays(_reply_specs(specs), channel.capacity, channel.reply_name)
-        self.pred_conn = pred_conn
-        self.msg = msg
-        self.error: BaseException | None = None
-        self.stopping = False
-        """The learner's stop event as last read (once per prediction round, not per agent step:
-        reading a process-shared event costs about 0.4 µs); ``check_alive`` reads it directly."""
-        self.comms: dict[int, Communicator] = {}
-        # Each agent's current communicator has a token of its own, which its learn requests carry and
-        # their results bring back: a result for an agent that failed and was rebuilt meanwhile is not
-        # given to its successor (which would take it as the answer to its own next request).
-        self.tokens: dict[int, int] = {}
-        self._tokens = itertools.count(1)
-
-    def try_serve_training(self, comm: Communicator, batch: TrainingBatch) -> bool:
-        """Learning runs in the learner process: never on a worker's thread (``learn_on_caller`` has no effect)."""
-        return False
-
-    def check_alive(self) -> None:
-        if self.error is not None:
-            raise WrapperError(f"task {self.task.name!r}: {self.error}")
-        if self.msg.stop_event.is_set():
-            raise RunStopped("the run is stopping")
-
-    def fail(
-        self, exc: BaseException, tb: str, items: Sequence[tuple[Communicator, Any]] = (), kind: str = "predict"
-    ) -> None:
-        """Serving failed in this worker (not in the task): the wrapper is dead here; answer ``items``.
-
-        What the hub calls when serving a round raised, as for a :class:`ComputationWrapper`.
-        """
-        if self.error is None:
-            self.error = exc
-            logger.error("worker-side serving of task %r failed: %s", self.task.name, tb)
-        for comm, _ in items:
-            error = WrapperError(f"task {self.task.name!r}: {self.error}", task=self.task.name, original=self.error,
-                                 traceback_text=tb)  # fmt: skip
-            comm.put_prediction_return(Failure(error, tb, kind))
-
-    def create_communicator(self, agent_id: int, return_queue_factory: Callable[[], Any], sink: Any) -> Communicator:
-        training = _RemoteTrainingSink(self)
-        comm = Communicator(agent_id, self, sink, training, return_queue_factory(), return_queue_factory())  # type: ignore[arg-type]
-        self.comms[agent_id] = comm
-        self.tokens[agent_id] = next(self._tokens)
-        return comm
-
-    def serve_predictions(self, items: Sequence[tuple[Communicator, PredictRequest]]) -> None:
-        self.stopping = self.msg.stop_event.is_set()
-        for explore, group in explore_groups(items):
-            self._serve(group, explore)
-
-    def predict_rows(self, values: Sequence[np.ndarray], explore: bool) -> Prediction | Failure | None:
-        """:meth:`ComputationWrapper.predict_rows` through the learner: one round trip for the rows."""
-        self.stopping = self.msg.stop_event.is_set()
-        inputs = {self.task.input_specs[0].name: stack_rows(values)}
-        if not all_finite(inputs, self.task.input_specs):
-            return None
-        return self._exchange(inputs, {}, len(values), explore, len(values))
-
-    def _serve(self, items: Sequence[tuple[Communicator, PredictRequest]], explore: bool) -> None:
-        requests = [r for _, r in items]
-        inputs, offsets = pack_requests(requests)
-        if not all_finite(inputs, self.task.input_specs):
-            items = _reject_nonfinite(self.task, items)
-            if items:
-                self._serve(items, explore)
-            return
-        states = pack_fields([r.states for r in requests])[0] if self.task.state_specs else {}
-        result = self._exchange(inputs, states, offsets[-1], explore, len(items))
-        if isinstance(result, Failure):
-            for comm, _ in items:
-                comm.put_prediction_return(result)
-            return
-        answer_predictions(items, result, offsets)
-
-    def _exchange(
-        self, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray], rows: int, explore: bool, requests: int
-    ) -> Prediction | Failure:
-        """Send one packed batch to the learner and read its prediction (a Failure when that fails).
-
-        With a replica the batch is predicted here, and only its count goes to the learner (with the
-        next episode report).
-        """
-        if self.replica is not None:
-            return self._predict_here(self.replica, inputs, states, rows, explore, requests)
-        try:
-            if self.request is None:
-                self.msg.flush_due()
-                data = pickle.dumps((self.index, rows, requests, explore, inputs, states), pickle.HIGHEST_PROTOCOL)
-                self.pred_conn.send_bytes(_INLINE + data)
-            else:
-                if rows > self.request.capacity:
-                    raise ValueError(f"{rows} samples exceed the shared buffer of {self.request.capacity}")
-                self.request.write({f"in.{k}": v for k, v in inputs.items()}, rows)
-                self.request.write({f"st.{k}": v for k, v in states.items()}, rows)
-                self.msg.flush_due()  # the episodes that ended meanwhile, every EPISODE_REPORT_S
-                self.pred_conn.send_bytes(_SHM_REQUEST.pack(_SHM, self.index, rows, requests, explore))
-            reply = self.pred_conn.recv_bytes()
-            tag = reply[:1]
-            if tag == _OK and self.reply is not None:
-                out = self.reply.read(rows, copy=True)
-            elif tag == _INLINE:
-                out = pickle.loads(reply[1:])
-            elif tag == _ERROR:
-                error, tb = pickle.loads(reply[1:])
-                return Failure(error, tb, "predict")
-            else:
-                raise RuntimeError(f"the learner's reply has tag {tag!r}, expected one of {[_OK, _INLINE, _ERROR]}")
-        except (EOFError, OSError) as exc:
-            return Failure(exc, "the learner process is gone", "predict")
-        except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
-            return Failure(exc, traceback.format_exc(), "predict")
-        return Prediction(
-            actions={k[4:]: v for k, v in out.items() if k.startswith("act.")},
-            states={k[3:]: v for k, v in out.items() if k.startswith("st.")},
-            extras={k[3:]: v for k, v in out.items() if k.startswith("ex.")},
-        )
-
-    def _predict_here(
-        self,
-        replica: PredictionReplica,
-        inputs: dict[str, np.ndarray],
-        states: dict[str, np.ndarray],
-        rows: int,
-        explore: bool,
-        requests: int,
-    ) -> Prediction | Failure:
-        try:
-            self.msg.flush_due()
-        except (EOFError, OSError) as exc:
-            return Failure(exc, "the learner process is gone", "predict")
-        try:
-            pred = replica.predict(inputs, states, explore)
-            check_prediction_rows(pred, rows, self.task.name)  # one row per sample, or agents would get others' rows
-        except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
-            return Failure(exc, traceback.format_exc(), "predict")
-        self.msg.prediction(self.index, requests, rows)
-        return pred
-
-
-def _reject_nonfinite(
-    task: TaskSpecs, items: Sequence[tuple[Communicator, PredictRequest]]
-) -> list[tuple[Communicator, PredictRequest]]:
-    good = []
-    for comm, request in items:
-        try:
-            check_fields(
-                request.batched_inputs(), task.input_specs, task=task.name, group="inputs", agent_id=comm.agent_id
-            )
-        except SpecError as exc:
-            comm.put_prediction_return(Failure(exc, traceback.format_exc(), "predict"))
-            continue
-        good.append((comm, request))
-    return good
-
-
-class _RemoteTrainingSink:
-    """The ``training_q`` of a remote communicator: sends the batch to the learner."""
-
-    def __init__(self, wrapper: _RemoteWrapper) -> None:
-        self.wrapper = wrapper
-
-    def put(self, item: tuple[Communicator, TrainingBatch]) -> None:
-        comm, batch = item
-        w = self.wrapper
-        w.msg.send(("learn", w.index, comm.agent_id, w.tokens[comm.agent_id], batch))
-
-
-EPISODE_REPORT_S = 0.02
-"""How often a busy worker reports the episodes its agents finished (an idle one reports at once)."""
-
-
-class _WorkerMessenger:
-    """The asynchronous message pipe of a worker: learn requests out, learn results in.
-
-    Episode reports are the most frequent message (one per episode of every agent); they are
-    gathered and sent together, as one ``("episodes", [...])`` message, at the next flush: with a
-    prediction request once ``EPISODE_REPORT_S`` passed since the last one (a message each round
-    would cost the learner a wake-up each round), when the worker's hub idles, and before any other
-    message (so the learner sees every report in the order the worker made it).
-
-    With a ``ledger`` (the process runtime's workers) every report is also written into it, and at
-    most ``ledger.capacity`` reports wait unsent: a worker killed between two flushes leaves the
-    learner the episodes it finished meanwhile (:class:`~parl.runtimes.episode_ledger.EpisodeLedger`).
-    """
-
-    def __init__(self, conn: mpc.Connection, stop_event: Any, ledger: EpisodeLedger | None = None) -> None:
-        self.conn = conn
-        self.stop_event = stop_event
-        self.ledger = ledger
-        self._lock = threading.Lock()
-        self._episodes: list[tuple[int, float, int]] = []
-        self._predictions: list[tuple[int, int, int]] = []
-        self._last_report = time.monotonic()
-
-    def send(self, msg: Any) -> None:
-        with self._lock:
-            self._flush_locked()
-            self.conn.send(msg)
-
-    def episode(self, agent_id: int, episode_return: float, steps: int) -> None:
-        """Report a finished episode at the next flush (here, once ``EPISODE_REPORT_S`` passed since the last
-        one: agents that never predict, and so never start a round, report on time too)."""
-        with self._lock:
-            ledger = self.ledger
-            if ledger is not None:
-                if len(self._episodes) >= ledger.capacity:
-                    # The ledger keeps the newest `capacity` records: none that is unsent may be overwritten.
-                    try:
-                        self._flush_locked()
-                    except (EOFError, OSError):
-                        logger.debug("could not report episodes: the learner is gone")
-                        self._episodes.clear()
-                ledger.write(agent_id, episode_return, steps)
-            self._episodes.append((agent_id, episode_return, steps))
-            if time.monotonic() - self._last_report >= EPISODE_REPORT_S:
-                try:
-                    self._flush_locked()
-                except (EOFError, OSError):
-                    logger.debug("could not report episodes: the learner is gone")
-
-    def prediction(self, task_index: int, requests: int, samples: int) -> None:
-        """Count a round predicted in this worker (by a replica) in the learner's stats at the next flush."""
-        with self._lock:
-            self._predictions.append((task_index, requests, samples))
-
-    def flush(self) -> None:
-        """Send the episode reports and prediction counts gathered so far (nothing if there are none)."""
-        if self._episodes or self._predictions:
-            with self._lock:
-                self._flush_locked()
-
-    def flush_due(self) -> None:
-        """:meth:`flush` if ``EPISODE_REPORT_S`` passed since the last report (called every round)."""
-        if (self._episodes or self._predictions) and time.monotonic() - self._last_report >= EPISODE_REPORT_S:
-            self.flush()
-
-    def _flush_locked(self) -> None:
-        if self._predictions:
-            predictions, self._predictions = self._predictions, []
-            self.conn.send(("predictions", predictions))
-        if self._episodes:
-            episodes, self._episodes = self._episodes, []
-            self.conn.send(("episodes", episodes))
-        self._last_report = time.monotonic()
-
-
-class _WorkerControl(RunControl):
-    """A RunControl inside a worker: stops on the learner's event, reports episodes upstream."""
-
-    messenger: _WorkerMessenger | None = None
-
-    @property
-    def stop_requested(self) -> bool:
-        remote = self.messenger is not None and self.messenger.stop_event.is_set()
-        return remote or self._stop.is_set()
-
-    def should_stop(self) -> bool:
-        return self.stop_requested
-
-    def episode_done(self, agent_id: int, episode_return: float, steps: int) -> None:
-        assert self.messenger is not None
-        self.messenger.episode(agent_id, episode_return, steps)
-
-    def episode_cut(self, agent_id: int, steps: int) -> None:
-        assert self.messenger is not None
-        self.messenger.send(("cut", agent_id, steps))
-
-    def record_fault(self, kind: str, n: int = 1) -> None:
-        assert self.messenger is not None
-        try:
-            self.messenger.send(("fault", kind, n))
-        except Exception:  # noqa: BLE001 - the learner may be gone
-            logger.debug("could not report a fault (%s)", kind, exc_info=True)
-
-    def agent_failed(self, agent_id: int, error: BaseException, tb: str, restartable: bool = True) -> bool:
-        assert self.messenger is not None
-        # This worker's own budget and view of the stop; the learner's record_failure has the last word.
-        restart = restartable and self.grant_restart()
-        try:
-            self.messenger.send(("failure", agent_id, _picklable(error), tb, restart))
-        except Exception:  # noqa: BLE001 - the learner may be gone
-            logger.debug("could not report a failure of agent %d", agent_id, exc_info=True)
-        if not restart:
-            self.request_stop()
-        return restart
-
-
-def _picklable(error: BaseException) -> BaseException:
-    """``error`` if it survives a pickle round trip, else a RuntimeError with its type and message.
-
-    The round trip, not just ``dumps``: an exception whose ``__init__`` takes other arguments than its
-    ``args`` pickles, and then fails in ``loads`` at the other end of the pipe.
-    """
-    try:
-        pickle.loads(pickle.dumps(error, pickle.HIGHEST_PROTOCOL))
-        return error
-    except Exception:  # noqa: BLE001
-        return RuntimeError(f"{type(error).__name__}: {error}")
-
-
-class _WorkerHub(Hub):
-    """A worker's Hub that also runs the learner's requests (helper states) at a safe point of its loop.
-
-    The scheduler drains its inbox only from the hub's main greenlet, while every agent greenlet is
-    suspended in a wait (for a prediction or a learn result): no helper is then inside ``store_data``
-    or sampling its buffer, so what a request reads is whole.
-    """
-
-    def __init__(self, index: int, poll_s: float) -> None:
-        super().__init__(index, poll_s)
-        self.requests: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self.messenger: _WorkerMessenger | None = None
-
-    def _drain_inbox(self, block: bool) -> bool:
-        self.run_requests()
-        if block and self.messenger is not None:
-            # The hub is about to idle: report the episodes that ended meanwhile.
-            try:
-                self.messenger.flush()
-            except (EOFError, OSError):
-                logger.debug("worker hub %d could not report episodes: the learner is gone", self.index)
-        return super()._drain_inbox(block)
-
-    def run_requests(self) -> None:
-        """Run the requests queued so far (in the hub's thread, between agent switches)."""
-        while not self.requests.empty():
-            try:
-                request = self.requests.get_nowait()
-            except queue.Empty:
-                return
-            request()
-
-
-class _Worker:
-    """The body of a worker process: builds its agents and runs them in a Hub."""
-
-    def __init__(
-        self,
-        worker: int,
-        agent_ids: list[int],
-        spec: RemoteAgentSpec,
-        channels: list[_TaskChannel] | None,
-        pred_conn: mpc.Connection,
-        msg_conn: mpc.Connection,
-        stop_event: Any,
-        helper_states: AgentHelperStates | None = None,
-        replicas: Sequence[ReplicaSource | None] | None = None,
-        ledger: str | None = None,
-    ) -> None:
-        self.worker, self.agent_ids, self.spec = worker, agent_ids, spec
-        # Loaded into each agent's helpers when it is first built (popped: an agent rebuilt after
-        # its own failure starts with fresh helpers, as in every runtime).
-        self.pending_states: AgentHelperStates = dict(helper_states or {})
-        self.pred_conn, self.msg_conn, self.stop_event = pred_conn, msg_conn, stop_event
-        # The learner's episode ledger for this launch (None on Ray, whose actors may run on other machines).
-        self.ledger = EpisodeLedger(LEDGER_CAPACITY, ledger) if ledger is not None else None
-        self.messenger = _WorkerMessenger(msg_conn, stop_event, self.ledger)
-        built = build_replicas(replicas, worker, spec.seed) if replicas and any(replicas) else [None] * len(spec.tasks)
-        self.wrappers = [
-            _RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger, built[i])
-            for i, t in enumerate(spec.tasks)
-        ]
-        self.hub = _WorkerHub(worker, poll_s=0.02)
-        self.hub.messenger = self.messenger
-        self.control = _WorkerControl(
-            max(agent_ids) + 1 if agent_ids else 0,
-            restart_failed_agents=spec.restart_failed_agents,
-            max_restarts=spec.max_restarts,
-        )
-        self.control.messenger = self.messenger
-        self.comms: dict[tuple[int, int], Communicator] = {}
-
-    def build(self, agent_id: int) -> Agent:
-        helpers: dict[str, AgentHelper] = {}
-        for i, w in enumerate(self.wrappers):
-            # Fresh communicators for a rebuilt agent too, as on every runtime: nothing meant for the
-            # failed agent (a learn result on its way) reaches its successor.
-            comm = w.create_communicator(agent_id, self.hub.return_queue, self.hub.sink(w))  # type: ignore[arg-type]
-            self.comms[(i, agent_id)] = comm
-            helper_cls, cfg = self.spec.helpers[i]
-            name = w.task.name
-            helpers[name] = helper_cls(name, comm) if cfg is None else helper_cls(name, comm, cfg)
-        for name, state in self.pending_states.pop(agent_id, {}).items():
-            if name in helpers and state:
-                helpers[name].set_state_dict(state)
-        env = guard_env(self.spec.make_env, agent_id, self.spec.faults, self.control.record_fault)
-        agent = self.spec.agent_factory(agent_id, env, helpers)
-        if agent.seed is None:
-            agent.seed = self.spec.seed + agent_id
-        return agent
-
-    def read_results(self) -> None:
-        while True:
-            try:
-                msg = self.msg_conn.recv()
-            except (EOFError, OSError):
-                self.stop_event.set()
-                return
-            except Exception as exc:  # noqa: BLE001 - a message that does not unpickle: its agent would wait
-                # for it forever, so the run ends with the reason (the pipe itself is still in step).
-                error = RuntimeError(f"worker {self.worker} could not read a message from the learner: {exc!r}")
-                self.report(("failure", -1, error, traceback.format_exc(), False))
-                continue
-            if msg[0] == "learn_result":
-                _, task_index, agent_id, token, item = msg
-                if self.wrappers[task_index].tokens.get(agent_id) == token:
-                    self.comms[(task_index, agent_id)].put_training_return(item)
-                else:
-                    logger.debug("dropped a learn result for agent %d, which was rebuilt since", agent_id)
-            elif msg[0] == "helper_state":
-                self.hub.requests.put(functools.partial(self.answer_helper_states, msg[1]))
-            elif msg[0] == "stop":
-                self.stop_event.set()
-
-    def helper_states(self) -> tuple[AgentHelperStates, dict[int, str]]:
-        """Every agent's helper states (call only at a safe point: from the hub loop, or after it ended)."""
-        states: AgentHelperStates = {}
-        missing: dict[int, str] = {}
-        for slot in self.hub.slots:
-            if slot.agent is not None:
-                states[slot.agent_id] = {name: h.state_dict() for name, h in slot.agent.helpers.items()}
-            elif slot.agent_id in self.pending_states:  # not built yet: it will start from these
-                states[slot.agent_id] = self.pending_states[slot.agent_id]
-            else:
-                missing[slot.agent_id] = f"agent {slot.agent_id} was never built in worker {self.worker}"
-        return states, missing
-
-    def answer_helper_states(self, request_id: int | None) -> None:
-        """Send the helper states to the learner: ``("helper_state", request_id, states, missing, error)``.
-
-        ``request_id`` None marks the final states, sent once the agents stopped.
-        """
-        try:
-            states, missing = self.helper_states()
-            self.messenger.send(("helper_state", request_id, states, missing, None))
-        except (EOFError, OSError):
-            logger.debug("worker %d could not send its helper states: the learner is gone", self.worker)
-        except Exception as exc:  # noqa: BLE001 - a state_dict that fails or does not pickle: the learner raises
-            self.report(("helper_state", request_id, {}, {}, (_picklable(exc), traceback.format_exc())))
-
-    def report(self, msg: tuple[Any, ...]) -> None:
-        try:
-            self.messenger.send(msg)
-        except Exception:  # noqa: BLE001 - the learner may be gone already
-            logger.debug("worker %d could not send %s", self.worker, msg[0])
-
-    def run(self) -> None:
-        self.hub.slots = [AgentSlot(a, lambda a=a: self.build(a)) for a in self.agent_ids]  # type: ignore[misc]
-        threading.Thread(target=self.read_results, name=f"parl-worker-{self.worker}-reader", daemon=True).start()
-        building = -1  # the agent being built, to whom a failure then belongs; after that, the hub's
-        try:
-            for slot in self.hub.slots:
-                building = slot.agent_id
-                slot.get()
-            building = -1
-            self.hub._run(self.control)
-        except BaseException as exc:  # noqa: BLE001 - reported to the learner
-            self.report(("failure", building, _picklable(exc), traceback.format_exc(), False))
-        finally:
-            # The agents have stopped: answer what was asked meanwhile, then report the final states
-            # (a checkpoint written after the run reads them) before saying goodbye.
-            self.hub.run_requests()
-            self.answer_helper_states(None)
-            for slot in self.hub.slots:
-                if slot.agent is not None:
-                    try:
-                        slot.agent.close()
-                    except Exception:  # noqa: BLE001 - a broken env must not stop the shutdown
-                        logger.debug("closing agent %d failed", slot.agent_id, exc_info=True)
-            # No prediction comes after this: the learner's prediction thread ends at once (a Ray
-            # actor's process, and so its connection, outlives its run).
-            self.pred_conn.close()
-            self.report(("exited", self.worker))
-            for w in self.wrappers:
-                if w.request is not None and w.reply is not None:
-                    w.request.close()
-                    w.reply.close()
-                if w.replica is not None:
-                    w.replica.close()
-            if self.ledger is not None:
-                self.ledger.close()
-
-
-def _worker_main(
-    worker: int,
-    agent_ids: list[int],
-    spec: RemoteAgentSpec,
-    channels: list[_TaskChannel],
-    pred_conn: mpc.Connection,
-    msg_conn: mpc.Connection,
-    stop_event: Any,
-    helper_states: AgentHelperStates | None = None,
-    replicas: Sequence[ReplicaSource | None] | None = None,
-    ledger: str | None = None,
-) -> None:
-    """Entry point of a worker process."""
-    try:
-        body = _Worker(
-            worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event, helper_states, replicas, ledger
-        )
-    except BaseException as exc:  # noqa: BLE001 - e.g. a replica that cannot be built: the learner must know why
-        first = agent_ids[0] if agent_ids else -1
-        with contextlib.suppress(Exception):
-            msg_conn.send(("failure", first, _picklable(exc), traceback.format_exc(), False))
-        raise
-    body.run()
-
-
-# --------------------------------------------------------------------------- learner side
 
 
 class _ProxyComm:
     """Learner-side stand-in for a remote agent's communicator: sends learn results back."""
 
-    def __init__(self, link: _WorkerLink, task_index: int, agent_id: int, token: int) -> None:
+    def __init__(self, link: WorkerLink, task_index: int, agent_id: int, token: int) -> None:
         self.link = link
         self.task_index = task_index
         self.agent_id = agent_id
@@ -761,7 +119,7 @@ class _ProxyComm:
             logger.debug("dropped a learn result for agent %d of a restarted worker", self.agent_id)
             return
         if isinstance(item, Failure):
-            item = Failure(_picklable(item.error), item.traceback_text, item.kind)
+            item = Failure(picklable(item.error), item.traceback_text, item.kind)
         self.link.send(("learn_result", self.task_index, self.agent_id, self.token, item), self.conn)
 
     def put_prediction_return(self, item: Any) -> None:  # pragma: no cover - predictions go through shm
@@ -788,7 +146,7 @@ PREDICT_THREAD_JOIN_S = 2.0
 """How long a link waits, once its worker died, for the prediction thread to end."""
 
 
-class _WorkerLink:
+class WorkerLink:
     """One worker process as the learner sees it: its process, pipes, buffers and serving thread."""
 
     def __init__(
@@ -813,7 +171,7 @@ class _WorkerLink:
         # Reaping a child from two threads at once races in multiprocessing (the loser sees
         # "still running"); the serving thread and close() take turns.
         self._reap_lock = threading.Lock()
-        self.buffers: list[tuple[_SharedArrays, _SharedArrays]] = []
+        self.buffers: list[tuple[SharedArrays, SharedArrays]] = []
         self.ledger: EpisodeLedger | None = None
         """This launch's episode ledger (see :meth:`_recover_episodes`); None on Ray."""
         self.reported = 0
@@ -910,16 +268,16 @@ class _WorkerLink:
         ctx: Any = mp.get_context(rt.start_method)
         capacity = max(1, len(self.agent_ids))
         self.buffers = [
-            (_SharedArrays(_request_specs(t), capacity), _SharedArrays(_reply_specs(t), capacity)) for t in rt.specs
+            (SharedArrays(request_specs(t), capacity), SharedArrays(reply_specs(t), capacity)) for t in rt.specs
         ]
-        channels = [_TaskChannel(req.shm.name, rep.shm.name, capacity) for req, rep in self.buffers]
+        channels = [TaskChannel(req.shm.name, rep.shm.name, capacity) for req, rep in self.buffers]
         if self.ledger is not None:
             self.ledger.close()  # the last launch's, read when that worker ended
         self.ledger, self.reported = EpisodeLedger(LEDGER_CAPACITY), 0
         pred_conn, child_pred = ctx.Pipe(duplex=True)
         msg_conn, child_msg = ctx.Pipe(duplex=True)
         self.process = ctx.Process(
-            target=_worker_main,
+            target=worker_main,
             args=(
                 self.index,
                 self.agent_ids,
@@ -986,7 +344,7 @@ class _WorkerLink:
                 pred_thread.join(PREDICT_THREAD_JOIN_S)
             self._on_exit()
 
-    def _serve_predictions(self, conn: mpc.Connection, buffers: list[tuple[_SharedArrays, _SharedArrays]]) -> None:
+    def _serve_predictions(self, conn: mpc.Connection, buffers: list[tuple[SharedArrays, SharedArrays]]) -> None:
         """Answer the worker's prediction requests, one per round, until its connection ends."""
         try:
             while True:
@@ -1004,14 +362,14 @@ class _WorkerLink:
             # the closed connection tells them the learner is gone.
             conn.close()
 
-    def _predict(self, request: bytes, buffers: list[tuple[_SharedArrays, _SharedArrays]]) -> bytes:
-        """One batched prediction for a request of the worker; returns the reply (see ``_SHM_REQUEST``)."""
-        inline = request[:1] == _INLINE  # the arrays came in the message (no shared memory with this worker)
+    def _predict(self, request: bytes, buffers: list[tuple[SharedArrays, SharedArrays]]) -> bytes:
+        """One batched prediction for a request of the worker; returns the reply (see ``SHM_REQUEST``)."""
+        inline = request[:1] == TAG_INLINE  # the arrays came in the message (no shared memory with this worker)
         try:
             if inline:
                 task_index, rows, requests, explore, inputs, states = pickle.loads(request[1:])
             else:
-                _, task_index, rows, requests, explore = _SHM_REQUEST.unpack(request)
+                _, task_index, rows, requests, explore = SHM_REQUEST.unpack(request)
                 # No copy: the worker leaves its request alone until it has the reply, and
                 # ComputationTask.predict copies the arrays into its input tensors (a subclass that
                 # overrides predict must not keep the arrays it is given).
@@ -1029,11 +387,11 @@ class _WorkerLink:
             out.update({f"ex.{k}": v for k, v in pred.extras.items() if k in extra_names})
             self.runtime.wrappers[task_index].record_prediction(requests, rows)
             if inline:
-                return _INLINE + pickle.dumps(out, pickle.HIGHEST_PROTOCOL)
+                return TAG_INLINE + pickle.dumps(out, pickle.HIGHEST_PROTOCOL)
             buffers[task_index][1].write(out, rows)
-            return _OK
+            return TAG_OK
         except Exception as exc:  # noqa: BLE001 - delivered to the worker's agents
-            return _ERROR + pickle.dumps((_picklable(exc), traceback.format_exc()), pickle.HIGHEST_PROTOCOL)
+            return TAG_ERROR + pickle.dumps((picklable(exc), traceback.format_exc()), pickle.HIGHEST_PROTOCOL)
 
     def _message(self, msg: Any) -> None:
         kind = msg[0]
@@ -1158,7 +516,7 @@ class ProcessRuntime:
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}")
         self.num_workers = num_workers
         self.start_method = start_method
-        self.links: list[_WorkerLink] = []
+        self.links: list[WorkerLink] = []
         self.tasks: list[ComputationTask] = []
         self.wrappers: list[ComputationWrapper] = []
         self.specs: list[TaskSpecs] = []
@@ -1314,8 +672,8 @@ class ProcessRuntime:
         # process at its next look (see parl.runtimes.stop_flag).
         return StopFlag(mp.get_context(self.start_method))
 
-    def _new_link(self, index: int, agent_ids: list[int], control: RunControl) -> _WorkerLink:
-        return _WorkerLink(index, agent_ids, self, control)
+    def _new_link(self, index: int, agent_ids: list[int], control: RunControl) -> WorkerLink:
+        return WorkerLink(index, agent_ids, self, control)
 
     def start(self, slots: Sequence[AgentSlot], control: RunControl) -> None:
         raise RuntimeError("use start_remote: the process runtime builds its agents inside the workers")
@@ -1334,7 +692,7 @@ class ProcessRuntime:
         else:
             c.agent_failed(agent_id, error, tb, restartable=False)  # (the restart was refused above)
 
-    def worker_died(self, link: _WorkerLink, exitcode: int) -> None:
+    def worker_died(self, link: WorkerLink, exitcode: int) -> None:
         """A worker ended abnormally: restart it (with its agents) or fail the run."""
         assert self.control is not None
         c = self.control

@@ -13,7 +13,7 @@ and their results travel on the second connection.
 ::
 
     learner process (driver)                          Ray actor k (agents k, k+P, ...)
-    listener  <-- connect x2 (hello, key) ---------  _Worker
+    listener  <-- connect x2 (hello, key) ---------  Worker
     _RayLink thread: predict(batch) <- 1 msg/round -- Hub: pack pending predictions
     ComputationWrapper(training) <-- learn ---------- AgentHelper.learn()
 
@@ -50,7 +50,9 @@ import time
 from typing import Any
 
 from parl.runtimes.control import RunControl
-from parl.runtimes.processes import AgentHelperStates, ProcessRuntime, RemoteAgentSpec, _Worker, _WorkerLink
+from parl.runtimes.process_protocol import AgentHelperStates, RemoteAgentSpec
+from parl.runtimes.process_worker import Worker
+from parl.runtimes.processes import ProcessRuntime, WorkerLink
 
 __all__ = ["RayRuntime", "ray_available"]
 
@@ -112,7 +114,7 @@ def _actor_main(
     pred.send(("hello", worker, generation, "pred"))
     msg = _no_delay(mpc.Client(address, authkey=authkey))
     msg.send(("hello", worker, generation, "msg"))
-    _Worker(worker, agent_ids, spec, None, pred, msg, threading.Event(), helper_states).run()
+    Worker(worker, agent_ids, spec, None, pred, msg, threading.Event(), helper_states).run()
     return os.getpid()
 
 
@@ -210,7 +212,7 @@ class _Acceptor:
         self.listener.close()
 
 
-class _RayLink(_WorkerLink):
+class _RayLink(WorkerLink):
     """One Ray actor as the learner sees it."""
 
     runtime: RayRuntime
@@ -381,7 +383,7 @@ class RayRuntime(ProcessRuntime):
         # Actors are stopped by a message on their connection; this event only marks the learner's side.
         return threading.Event()
 
-    def _new_link(self, index: int, agent_ids: list[int], control: RunControl) -> _WorkerLink:
+    def _new_link(self, index: int, agent_ids: list[int], control: RunControl) -> WorkerLink:
         link = _RayLink(index, agent_ids, self, control)
         link.submit()  # actors start in parallel; start() then waits for each to connect
         return link
