@@ -36,15 +36,7 @@ from parl.envs.adapters import OldGymAPIAdapter, is_old_gym_api, make_env_factor
 from parl.envs.guarded import GuardedEnv
 from parl.envs.pettingzoo import ParallelEnvAgent
 from parl.framework.agent import Agent, StepResult
-from parl.framework.agent_helper import (
-    AgentHelper,
-    ExpReplayConfig,
-    ExpReplayHelper,
-    GameOver,
-    LearnTrigger,
-    OnPolicyConfig,
-    OnPolicyHelper,
-)
+from parl.framework.agent_helper import AgentHelper, GameOver, LearnTrigger
 from parl.framework.algorithm import Algorithm
 from parl.framework.communicator import Communicator
 from parl.framework.computation_task import ComputationTask
@@ -61,6 +53,8 @@ from parl.framework.errors import (
 from parl.framework.factories import create_algorithm_func
 from parl.framework.manager import Manager, ManagerConfig, RunReport, Runtime, TaskConfig
 from parl.framework.model import Model
+from parl.framework.on_policy_helper import OnPolicyConfig, OnPolicyHelper
+from parl.framework.replay_helper import ExpReplayConfig, ExpReplayHelper
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.layers.layer_func import LayerFunc, ParamSyncError
 from parl.runtimes.faults import FaultConfig, FaultStats

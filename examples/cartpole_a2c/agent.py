@@ -8,13 +8,14 @@ import gymnasium as gym
 import numpy as np
 
 from parl.agents import GymAgent
-from parl.framework.agent_helper import AgentHelper, LearnTrigger, OnPolicyHelper
+from parl.framework.agent_helper import AgentHelper, LearnTrigger
+from parl.framework.on_policy_helper import OnPolicyHelper
 
 
 class RolloutAgent(GymAgent):
     """Sends its experience every ``sample_interval`` transitions, whether or not an episode ended.
 
-    With :class:`~parl.framework.agent_helper.OnPolicyHelper` and
+    With :class:`~parl.framework.on_policy_helper.OnPolicyHelper` and
     ``learn_trigger=LearnTrigger.AGENT``, every chunk holds exactly
     ``sample_interval`` time-ordered transitions, possibly from two or more
     episodes (``segment_end`` marks each episode end, so GAE never chains

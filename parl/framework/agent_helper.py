@@ -1,36 +1,35 @@
-"""AgentHelpers: data preparation and communication between an agent and one task."""
+"""AgentHelpers: data preparation and communication between an agent and one task.
+
+:class:`AgentHelper` is the base every helper builds on: ``predict``/``act`` for one agent's
+requests, ``store_data``/``store_step``/``store_final`` for its experience, and ``learn`` to send
+a batch. The two helpers that keep experience are in their own modules:
+:class:`~parl.framework.on_policy_helper.OnPolicyHelper` (segments of ``sample_interval`` steps) and
+:class:`~parl.framework.replay_helper.ExpReplayHelper` (a replay buffer per agent). Here also the row
+helpers both use (the plain-row check, stacking, transitions)::
+
+    helper = AgentHelper("RL", comm)                    # comm: the agent's Communicator of task "RL"
+    action = helper.act(obs)                            # one batched prediction, this agent's row
+    helper.store_step(reward)                           # the step's record, for a subclass to keep
+    helper.store_final({"obs": last_obs}, terminated=True)
+"""
 
 from __future__ import annotations
 
 import enum
 import logging
 import math
-import threading
 import types
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from parl.algorithms.functional import n_step_return
 from parl.data.packing import stack_rows
-from parl.data.prioritized_replay import PrioritizedReplayBuffer
-from parl.data.replay_buffer import ReplayBuffer
 from parl.data.specs import FieldSpec, SpecError, all_finite_array, check_fields, fast_checked, zeros_for
-from parl.framework.communicator import Communicator, ThreadReturnQueue, slice_prediction
-from parl.framework.errors import RunStopped, WrapperError
+from parl.framework.communicator import Communicator, slice_prediction
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
-__all__ = [
-    "AgentHelper",
-    "OnPolicyHelper",
-    "OnPolicyConfig",
-    "ExpReplayHelper",
-    "ExpReplayConfig",
-    "GameOver",
-    "LearnTrigger",
-]
+__all__ = ["AgentHelper", "GameOver", "LearnTrigger"]
 
 logger = logging.getLogger(__name__)
 
@@ -526,7 +525,7 @@ class AgentHelper:
         row = self._final_row
         if row is not None:
             # Once per episode: all store_data does with a final observation when nothing keeps it.
-            if _plain_row(inputs, row) is not None:
+            if plain_row(inputs, row) is not None:
                 self._pre_states = None
                 self._step_open = False
                 return
@@ -596,7 +595,7 @@ class AgentHelper:
         return result
 
 
-def _concat(batches: list[TrainingBatch]) -> TrainingBatch:
+def concat_batches(batches: list[TrainingBatch]) -> TrainingBatch:
     from parl.framework.computation_wrapper import pack_training_batches
 
     return pack_training_batches(batches)[0]
@@ -607,7 +606,7 @@ def _holds(value: Any) -> bool:
     return value is not None and not (isinstance(value, Mapping) and not value)
 
 
-def _plain_row(inputs: Mapping[str, Any], check: tuple[str, tuple[int, ...], np.dtype, bool]) -> np.ndarray | None:
+def plain_row(inputs: Mapping[str, Any], check: tuple[str, tuple[int, ...], np.dtype, bool]) -> np.ndarray | None:
     """The array of a task's one input field in ``inputs`` when it needs no conversion (``check``: the
     field's name, shape, dtype and whether it must be finite), else None: the check ``store_data`` gives
     a final observation, in a few comparisons."""
@@ -625,13 +624,13 @@ def _plain_row(inputs: Mapping[str, Any], check: tuple[str, tuple[int, ...], np.
     return None
 
 
-def _stack(values: list[Any]) -> np.ndarray:
+def stack_values(values: list[Any]) -> np.ndarray:
     """``np.stack`` of one field's checked per-step values (one shape and dtype), in a fraction of its
     time: ``np.array`` of scalars (a tenth), a concatenation of arrays (a third)."""
     return np.array(values) if np.ndim(values[0]) == 0 else stack_rows(values)
 
 
-def _stacked_transitions(pairs: list[list[Any]]) -> TrainingBatch:
+def stacked_transitions(pairs: list[list[Any]]) -> TrainingBatch:
     """The time-ordered transitions of ``[prev record, cur record, cut]`` entries as one batch.
 
     ``segment_end`` is set where the next state ends the episode, where the agent cut the
@@ -640,7 +639,7 @@ def _stacked_transitions(pairs: list[list[Any]]) -> TrainingBatch:
 
     def stack(group: str, side: int) -> dict[str, np.ndarray]:
         first = pairs[0][side][group]
-        return {k: _stack([p[side][group][k] for p in pairs]) for k in first}
+        return {k: stack_values([p[side][group][k] for p in pairs]) for k in first}
 
     def concat(side: int) -> dict[str, np.ndarray]:
         first = pairs[0][side]["states"]
@@ -660,688 +659,3 @@ def _stacked_transitions(pairs: list[list[Any]]) -> TrainingBatch:
         next_states=concat(1),
         extras=stack("extras", 0),
     )
-
-
-@dataclass
-class OnPolicyConfig:
-    """Settings of :class:`OnPolicyHelper`."""
-
-    sample_interval: int = 8
-    """Send the recent transitions every this many steps (and at every episode end)."""
-    learn_trigger: LearnTrigger = LearnTrigger.STORE_DATA
-    """STORE_DATA: ``store_data`` sends when a chunk is ready; AGENT: the agent calls ``learn()``."""
-
-    def __post_init__(self) -> None:
-        if self.sample_interval < 1:
-            raise ValueError(f"OnPolicyConfig.sample_interval must be >= 1, got {self.sample_interval}")
-        if self.learn_trigger not in (LearnTrigger.STORE_DATA, LearnTrigger.AGENT):
-            raise ValueError(
-                f"OnPolicyConfig.learn_trigger must be LearnTrigger.STORE_DATA or LearnTrigger.AGENT, got "
-                f"{self.learn_trigger!r}: on-policy chunks are sent in order by the agent (no learner thread)"
-            )
-
-
-class OnPolicyHelper(AgentHelper):
-    """Sends this agent's recent experience for learning, then discards it.
-
-    Every ``sample_interval`` transitions, and at each episode end, the
-    transitions since the last send form one chunk (in time order, with
-    ``segment_end`` on the last row and at episode ends, and the next inputs
-    needed to bootstrap the last value)::
-
-        helper = OnPolicyHelper("RL", comm, OnPolicyConfig(sample_interval=16))
-    """
-
-    # What a step reads and writes sits in slots (see AgentHelper); a subclass still sets any attribute.
-    __slots__ = ("config", "_chunk", "_rows", "_fast_prev", "_row_fast", "_row_check", "_extra_names")
-
-    def __init__(self, name: str, comm: Communicator, config: OnPolicyConfig | None = None) -> None:
-        super().__init__(name, comm)
-        self.config = config if config is not None else OnPolicyConfig()
-        # [prev record, cur record, cut by the agent] per transition since the last send; the
-        # rows are stacked once per send, not built one TrainingBatch per step.
-        self._chunk: list[list[Any]] = []
-        # The one-row path, once per agent step: a step of act() is kept as (answer, action, reward) and
-        # a completed transition as [that step, next observation, game over, cut], in ``_rows``; a send
-        # stacks them into the batch the records would give. Taken for one input, one action and one
-        # scalar float reward field, no states, and a class that changes nothing a step goes through;
-        # anything else, and any step that is not a plain act() and float reward, takes the general
-        # path (_flush_fast hands it what is kept here, as records). ``_rows`` and ``_chunk`` are never
-        # both filled.
-        cls = type(self)
-        self._row_fast = (
-            self._act_short
-            and self._scalar_reward is not None
-            and all(getattr(cls, name) is getattr(OnPolicyHelper, name) for name in _ON_POLICY_ROW_PATH)
-        )
-        first = self.input_specs[0]
-        self._row_check = (first.name, first.shape, first.np_dtype, first.finite_only)
-        self._extra_names = frozenset(s.name for s in self.extra_specs)
-        self._rows: list[list[Any]] = []
-        self._fast_prev: tuple[tuple[Any, Prediction, int], Any, float] | None = None
-
-    def start_episode(self) -> None:
-        # An episode that ended without store_final (cut by the agent) leaves transitions waiting:
-        # mark where it was cut so that the next episode's rows are never chained to it.
-        if self._chunk:
-            self._chunk[-1][2] = True
-        if self._rows:
-            self._rows[-1][3] = True
-        self._fast_prev = None  # as the general path's record: the cut episode's last step has no next state
-        super().start_episode()
-
-    def store_step(self, rewards: Mapping[str, Any] | float, extras: Mapping[str, Any] | None = None) -> None:
-        act = self._act
-        if (
-            self._row_fast
-            and act is not None
-            and self._step_open
-            and self._prev is None
-            and not self._chunk
-            and extras is None
-            and type(rewards) is float
-            and (rewards - rewards == 0.0 or self._scalar_reward.allow_nan)  # type: ignore[union-attr]
-            and (not self._extra_names or act[1][1].extras.keys() >= self._extra_names)
-        ):
-            # The one-row path: act() checked the observation and the task made the action and extras.
-            answer = act[1]
-            prev, self._fast_prev = self._fast_prev, (answer, act[2], rewards)
-            self._step_open = False
-            self._answer, self._act, self._accepted_pairs = answer, None, ()  # see ExpReplayHelper.store_step
-            if prev is not None:
-                rows = self._rows
-                rows.append([prev, answer[0], _NOT_OVER, False])
-                if len(rows) >= self.config.sample_interval and self.config.learn_trigger == LearnTrigger.STORE_DATA:
-                    self.learn()
-            return
-        super().store_step(rewards, extras)
-
-    def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
-        prev = self._fast_prev
-        if prev is not None and not self._chunk:
-            arr = _plain_row(inputs, self._row_check)
-            if arr is not None:
-                # The episode's last transition on the one-row path (the check store_data gives a final
-                # observation that needs no conversion), then the send the general path makes at an
-                # episode end: of a full chunk, or of what is left at on_episode_end, once either way.
-                self._fast_prev = None
-                self._pre_states = None
-                self._step_open = False
-                self._rows.append([prev, arr, _TERMINATED if terminated else _TRUNCATED, False])
-                if self.config.learn_trigger == LearnTrigger.STORE_DATA:
-                    self.learn()
-                return
-        super().store_final(inputs, terminated)
-
-    def _flush_fast(self) -> None:
-        """Hand what the one-row path keeps to the general path: its transitions as chunk entries and its
-        pending step as the record store_data makes of them."""
-        if self._rows:
-            key = self._row_check[0]
-            self._chunk = [
-                [self._step_record(step), {"inputs": {key: after}, "states": {}, "game_over": over}, cut]
-                for step, after, over, cut in self._rows
-            ]
-            self._rows = []
-        if self._fast_prev is not None:
-            self._prev, self._fast_prev = self._step_record(self._fast_prev), None
-
-    def _step_record(self, step: tuple[tuple[Any, Prediction, int], Any, float]) -> dict[str, Any]:
-        answer, action, reward = step
-        pred, row = answer[1], answer[2]
-        return {
-            "inputs": {self._row_check[0]: answer[0]},
-            "states": {},
-            "game_over": _NOT_OVER,
-            "actions": {self._act_name: action},
-            "rewards": self._reward_fields(reward),
-            "extras": {s.name: pred.extras[s.name][row] for s in self.extra_specs},
-        }
-
-    def _stacked_rows(self) -> TrainingBatch:
-        """The one-row path's transitions as the batch :func:`_stacked_transitions` makes of their records."""
-        rows, key = self._rows, self._row_check[0]
-        steps = [r[0] for r in rows]
-        reward = self.reward_specs[0]
-        seg = np.array([r[2] is not _NOT_OVER or r[3] for r in rows], bool)
-        seg[-1] = True
-        return TrainingBatch(
-            inputs={key: stack_rows([s[0][0] for s in steps])},
-            actions={self._act_name: _stack([s[1] for s in steps])},
-            rewards={reward.name: np.array([s[2] for s in steps], dtype=reward.np_dtype)},
-            next_inputs={key: stack_rows([r[1] for r in rows])},
-            terminal=np.array([r[2] is _TERMINATED for r in rows], bool),
-            segment_end=seg,
-            states={},
-            next_states={},
-            extras={s.name: _stack([st[0][1].extras[s.name][st[0][2]] for st in steps]) for s in self.extra_specs},
-        )
-
-    def _completed(self, prev: dict[str, Any], cur: dict[str, Any]) -> None:
-        self._chunk.append([prev, cur, False])
-        if len(self._chunk) >= self.config.sample_interval and self.config.learn_trigger == LearnTrigger.STORE_DATA:
-            self.learn()
-
-    def on_episode_end(self, game_over: GameOver) -> None:
-        if self._chunk and self.config.learn_trigger == LearnTrigger.STORE_DATA:
-            self.learn()
-
-    @property
-    def ready(self) -> bool:
-        """Whether a chunk is waiting to be sent."""
-        return bool(self._chunk) or bool(self._rows)
-
-    def learn(self) -> LearnResult | None:
-        if self._rows:
-            batch = self._stacked_rows()
-            self._rows = []
-            return self._send(batch)
-        if not self._chunk:
-            return None
-        batch = _stacked_transitions(self._chunk)
-        self._chunk = []
-        return self._send(batch)
-
-
-@dataclass
-class ExpReplayConfig:
-    """Settings of :class:`ExpReplayHelper`."""
-
-    capacity: int = 50_000
-    """Transitions kept in this agent's replay buffer."""
-    batch_size: int = 32
-    """Transitions this agent sends per learning request."""
-    learning_starts: int = 500
-    """Transitions stored before the first learning request."""
-    learn_every: int = 4
-    """With LearnTrigger.STORE_DATA, send a request every this many stored transitions."""
-    learn_trigger: LearnTrigger = LearnTrigger.STORE_DATA
-    """STORE_DATA: ``store_data`` learns on schedule; AGENT: the agent calls ``learn()``."""
-    seed: int | None = None
-    """Seed of sampling (None: derived from the agent id)."""
-    n_step: int = 1
-    """Store n-step transitions: rewards summed over up to this many steps, never across an episode end."""
-    gamma: float | None = None
-    """Discount of the n-step reward sums; required when ``n_step > 1`` and equal to the algorithm's gamma."""
-    prioritized: bool = False
-    """Sample by priority (Schaul et al., 2016) and send importance ``weights``; priorities come back from learn."""
-    alpha: float = 0.6
-    """Prioritized replay: how much the priority counts (0: uniform sampling)."""
-    beta0: float = 0.4
-    """Prioritized replay: importance-sampling exponent at the start, rising linearly to 1."""
-    beta_steps: int = 100_000
-    """Prioritized replay: transitions stored by this agent over which beta reaches 1."""
-    priority_eps: float = 1e-6
-    """Prioritized replay: added to ``|td_error|`` so that no transition gets priority 0."""
-    priority_key: str = "td_error"
-    """Prioritized replay: the per-sample learn output used as the new priority (its absolute value)."""
-
-    def __post_init__(self) -> None:
-        if self.capacity < 1 or self.batch_size < 1 or self.learn_every < 1 or self.learning_starts < 0:
-            raise ValueError("ExpReplayConfig: capacity, batch_size and learn_every must be >= 1, learning_starts >= 0")
-        if self.n_step < 1:
-            raise ValueError(f"ExpReplayConfig.n_step must be >= 1, got {self.n_step}")
-        if self.capacity < self.n_step:
-            raise ValueError(
-                f"ExpReplayConfig.capacity ({self.capacity}) must hold at least n_step ({self.n_step}) rows: an "
-                "episode's end stores up to n_step rows at once"
-            )
-        if self.n_step > 1 and self.gamma is None:
-            raise ValueError(
-                f"ExpReplayConfig(n_step={self.n_step}) needs gamma, the discount of the reward sums; set it to the "
-                "algorithm's gamma, e.g. ExpReplayConfig(n_step=3, gamma=0.99)"
-            )
-        if self.gamma is not None and not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"ExpReplayConfig.gamma must be in [0, 1], got {self.gamma}")
-        if self.gamma is not None:
-            # A Python float: a numpy float32 would make the n-step sums float32 (numpy's scalar promotion).
-            self.gamma = float(self.gamma)
-        if self.alpha < 0 or not 0.0 <= self.beta0 <= 1.0 or self.beta_steps < 1 or self.priority_eps <= 0:
-            raise ValueError("ExpReplayConfig: needs alpha >= 0, 0 <= beta0 <= 1, beta_steps >= 1, priority_eps > 0")
-
-
-class ExpReplayHelper(AgentHelper):
-    """Keeps this agent's replay buffer and sends sampled batches for learning::
-
-        helper = ExpReplayHelper("RL", comm, ExpReplayConfig(batch_size=32, learn_every=4))
-        ...
-        helper.learn()      # with LearnTrigger.AGENT; otherwise store_data calls it
-
-    With ``n_step > 1`` each stored row spans up to ``n_step`` transitions: its
-    reward is the discounted sum ``r_t + gamma r_{t+1} + ...``, its next inputs
-    (and states) are those after the last transition summed, it is terminal
-    when the episode terminated within the span, and ``bootstrap_steps`` says
-    how many transitions it spans (fewer at an episode end, which it never
-    crosses; a truncated end is bootstrapped). The algorithm discounts the
-    bootstrap value by ``gamma ** bootstrap_steps``.
-
-    With ``prioritized=True`` the buffer is a :class:`PrioritizedReplayBuffer`:
-    batches are drawn by priority, carry importance ``weights``, and the
-    ``priority_key`` output of learn (``td_error`` for DQN; each agent gets its
-    own rows) becomes the new priority of the rows sent.
-    """
-
-    # What a step reads and writes, in the instance (with the base's slots: see AgentHelper), which
-    # also keeps the instance dict within the 30 keys CPython shares among a class's instances.
-    __slots__ = (
-        "config", "buffer", "rng", "_since_learn", "_lock", "_pending", "_row_fast", "_row_check", "_fast_prev",
-        "_window", "_reward_value", "_reward_limit", "_check_returns", "_row_buffer",
-    )  # fmt: skip
-
-    def __init__(self, name: str, comm: Communicator, config: ExpReplayConfig | None = None) -> None:
-        super().__init__(name, comm)
-        self.config = c = config if config is not None else ExpReplayConfig()
-        _check_gamma(comm.wrapper.task, c)
-        specs = (self.input_specs, self.action_specs, self.reward_specs, self.state_specs, self.extra_specs)
-        buffer_name = f"{name}/agent{self.agent_id}"
-        self.buffer: ReplayBuffer
-        if c.prioritized:
-            self.buffer = PrioritizedReplayBuffer(
-                c.capacity,
-                *specs,
-                name=buffer_name,
-                alpha=c.alpha,
-                beta0=c.beta0,
-                beta_steps=c.beta_steps,
-                eps=c.priority_eps,
-            )
-        else:
-            self.buffer = ReplayBuffer(c.capacity, *specs, name=buffer_name)
-        seed = c.seed if c.seed is not None else 10_007 * (self.agent_id + 1)
-        self.rng = np.random.default_rng(seed)
-        self._since_learn = 0
-        self._lock = threading.Lock()  # the buffer is shared with the learner thread (LearnTrigger.THREAD)
-        self._learner: threading.Thread | None = None
-        self._learner_stop = threading.Event()
-        self._learner_wake = threading.Event()
-        self.learner_error: BaseException | None = None
-        if c.learn_trigger == LearnTrigger.THREAD and not hasattr(comm.wrapper, "training_stats"):
-            raise ValueError(
-                f"agent {self.agent_id}, task {name!r}: LearnTrigger.THREAD needs the agent in the learner process "
-                "(threads or coroutines runtime); use LearnTrigger.STORE_DATA with the process runtime"
-            )
-        # One-step transitions of the current episode not yet folded into an n-step row (at most n_step - 1).
-        self._pending: list[TrainingBatch] = []
-        # The one-row path, once per agent step: a step of act() is kept as (observation sent, action,
-        # reward) until the next observation completes its transition, which goes into the buffer with
-        # add_transition (with n_step > 1, into a window of the episode's last transitions first, whose
-        # n-step rows are summed in floats as n_step_return sums them). It stores what the general path
-        # (a record per step, a transition batch, the buffer's checks of the batch) stores, without
-        # building any of it. It is taken for one input, one action and one scalar float reward field,
-        # no states or extras, a buffer that takes transitions, and a class that changes nothing a step
-        # goes through; anything else, and any step that is not a plain act() and float reward, takes
-        # the general path (_flush_fast hands it what is kept here).
-        cls = type(self)
-        self._row_fast = (
-            self._act_short
-            and self._scalar_reward is not None
-            and not self.extra_specs
-            and self.buffer.takes_transitions
-            and all(getattr(cls, name) is getattr(ExpReplayHelper, name) for name in _ROW_PATH)
-        )
-        first = self.input_specs[0]
-        self._row_check = (first.name, first.shape, first.np_dtype, first.finite_only)
-        self._fast_prev: tuple[np.ndarray, Any, float] | None = None
-        # n_step > 1: (obs, action, reward, next obs, terminal) of the transitions not yet summed into a row,
-        # the reward as the reward field stores it (a float32 field rounds it), which the sums start from.
-        self._window: list[tuple[np.ndarray, Any, float, np.ndarray, bool]] = []
-        reward_type = self._scalar_reward.np_dtype.type if self._scalar_reward is not None else np.float32
-        self._reward_value: Callable[[float], float] = lambda r: float(reward_type(r))
-        # A reward, or an n-step return, that the field stores as a finite value lies strictly within this
-        # (NaN and inf never do); inf where the field may hold NaN/inf.
-        allow = self._scalar_reward is None or self._scalar_reward.allow_nan
-        self._reward_limit = math.inf if allow else _finite_limit(np.dtype(reward_type))
-        self._check_returns = not allow  # whether an n-step return the field cannot hold is refused
-        # The buffer class the path writes to: a buffer replaced later takes the general path.
-        self._row_buffer: type | None = type(self.buffer) if self._row_fast else None
-
-    def start_episode(self) -> None:
-        if type(self.buffer) is not self._row_buffer:
-            self._flush_fast()  # a buffer replaced since: what the one-row path keeps goes through its add
-        # An episode cut by the agent (no store_final) leaves transitions waiting: store them, bootstrapped
-        # (taken out first: a store that fails does not leave them to be stored again).
-        if self._pending:
-            pending, self._pending = self._pending, []
-            self._store(self._n_step_rows(pending, len(pending)))
-        if self._window:
-            self._store_rows(self._window_rows())
-        self._fast_prev = None  # as the general path's record: the cut episode's last step has no next state
-        super().start_episode()
-
-    def store_step(self, rewards: Mapping[str, Any] | float, extras: Mapping[str, Any] | None = None) -> None:
-        act = self._act
-        if (
-            self._row_fast
-            and act is not None
-            and self._step_open
-            and self._prev is None
-            and not self._pending
-            and extras is None
-            and type(rewards) is float
-            and -self._reward_limit < rewards < self._reward_limit
-            and type(self.buffer) is self._row_buffer
-        ):
-            # The one-row path: act() checked the observation and the task made the action; the reward is
-            # one the field stores as a finite value (anything else gets the general path's error).
-            answer = act[1]
-            prev, self._fast_prev = self._fast_prev, (answer[0], act[2], rewards)
-            self._step_open = False
-            # As a recorded act() step leaves them (last_prediction); no earlier predict's objects are taken
-            # for checked ones by a later store_data.
-            self._answer, self._act, self._accepted_pairs = answer, None, ()
-            if prev is not None:
-                if self.config.n_step == 1:
-                    self._store_transition(prev, answer[0], False)
-                else:
-                    self._window_transition(prev, answer[0], False, ended=False)
-            return
-        super().store_step(rewards, extras)
-
-    def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
-        prev = self._fast_prev
-        if prev is not None and not self._pending and type(self.buffer) is self._row_buffer:
-            arr = _plain_row(inputs, self._row_check)
-            if arr is not None:
-                # The one-row path's last transition of the episode: the check store_data gives a final
-                # observation that needs no conversion.
-                self._fast_prev = None
-                self._pre_states = None
-                self._step_open = False
-                if self.config.n_step == 1:
-                    self._store_transition(prev, arr, bool(terminated))
-                else:
-                    self._window_transition(prev, arr, bool(terminated), ended=True)
-                return
-        super().store_final(inputs, terminated)
-
-    def _flush_fast(self) -> None:
-        """Hand what the one-row path keeps to the general path: the pending step as the record store_data
-        makes of it, and the window's transitions as the one-row batches the records give."""
-        if self._fast_prev is None and not self._window:
-            return
-        key, action_key = self._row_check[0], self._act_name
-        reward_key = self.reward_specs[0].name  # the path runs only with one reward field
-        for obs, action, reward, after, terminal in self._window:
-            self._pending.append(
-                TrainingBatch(
-                    inputs={key: np.asarray(obs)[None]},
-                    actions={action_key: np.asarray(action)[None]},
-                    rewards={reward_key: self._reward_fields(reward)[reward_key][None]},
-                    next_inputs={key: np.asarray(after)[None]},
-                    terminal=np.array([terminal]),
-                    segment_end=np.array([False]),  # the window holds no episode's end
-                    states={},
-                    next_states={},
-                    extras={},
-                )
-            )
-        self._window = []
-        prev = self._fast_prev
-        if prev is None:
-            return
-        self._fast_prev = None
-        obs, action, reward = prev
-        self._prev = {
-            "inputs": {key: obs},
-            "states": {},
-            "game_over": _NOT_OVER,
-            "actions": {action_key: action},
-            "rewards": self._reward_fields(reward),
-            "extras": {},
-        }
-
-    def _window_transition(
-        self, prev: tuple[np.ndarray, Any, float], next_obs: np.ndarray, terminal: bool, ended: bool
-    ) -> None:
-        """The one-row path's transition ``prev`` -> ``next_obs`` with n_step > 1: into the window, and out
-        as a row once it heads ``n_step`` transitions, or with every row of the window when the episode
-        ended (as ``on_transition`` does with the general path's transitions)."""
-        window = self._window
-        window.append((prev[0], prev[1], self._reward_value(prev[2]), next_obs, terminal))
-        if ended:
-            self._store_rows(self._window_rows())
-        elif len(window) == self.config.n_step:
-            gamma = float(self.config.gamma) if self.config.gamma is not None else 1.0
-            row = _n_step_row(window, 0, gamma)
-            del window[0]
-            self._store_rows([row])
-
-    def _window_rows(self) -> list[tuple[np.ndarray, Any, float, np.ndarray, bool, int]]:
-        """The row of every transition of the window, each summed to the window's end; empties it."""
-        gamma = float(self.config.gamma) if self.config.gamma is not None else 1.0  # a numpy float would round
-        rows = [_n_step_row(self._window, t, gamma) for t in range(len(self._window))]
-        self._window = []
-        return rows
-
-    def _store_rows(self, rows: list[tuple[np.ndarray, Any, float, np.ndarray, bool, int]]) -> None:
-        """:meth:`_store` of the window's n-step rows (obs, action, return, next obs, terminal, steps)."""
-        limit = self._reward_limit
-        for row in rows:
-            if self._check_returns and not -limit < row[2] < limit:
-                # What the buffer's check of the general path's batch refuses: nothing is stored.
-                spec = self.reward_specs[0]
-                raise SpecError(
-                    f"agent {self.agent_id}, task {self.name!r}, rewards field {spec.name!r}: an n-step return "
-                    f"of {row[2]} is not finite as {spec.dtype}"
-                )
-        add, trigger = self.buffer.add_transition, self.config.learn_trigger
-        if trigger is LearnTrigger.THREAD:
-            self._raise_learner_error()
-        with self._lock:  # (see _store)
-            for obs, action, ret, after, terminal, steps in rows:
-                add(obs, action, ret, after, terminal, steps)
-            self._since_learn += len(rows)
-        self._learn_on_schedule(trigger)
-
-    def _store_transition(self, prev: tuple[np.ndarray, Any, float], next_obs: np.ndarray, terminal: bool) -> None:
-        """:meth:`_store` of the one-row path: the transition ``prev`` -> ``next_obs``, then the learning schedule."""
-        obs, action, reward = prev
-        trigger = self.config.learn_trigger
-        if trigger is LearnTrigger.THREAD:
-            self._raise_learner_error()
-        with self._lock:  # (see _store)
-            self.buffer.add_transition(obs, action, reward, next_obs, terminal)
-            self._since_learn += 1
-        # _learn_on_schedule, written out: this runs once per agent step.
-        if trigger is LearnTrigger.THREAD:
-            self._wake_learner()
-        elif trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
-            self.learn()
-
-    def on_transition(self, transition: TrainingBatch) -> None:
-        if self.config.n_step == 1:
-            self._store(transition)
-            return
-        self._pending.append(transition)
-        if bool(np.asarray(transition.segment_end)[-1]):
-            # The episode ended: every pending transition gets its (shorter) row now.
-            rows, self._pending = self._n_step_rows(self._pending, len(self._pending)), []
-            self._store(rows)
-        elif len(self._pending) == self.config.n_step:
-            row = self._n_step_rows(self._pending, 1)
-            self._pending.pop(0)
-            self._store(row)
-
-    def _n_step_rows(self, window: list[TrainingBatch], count: int) -> TrainingBatch:
-        """The n-step rows of the first ``count`` transitions of ``window`` (consecutive one-row transitions)."""
-        gamma = self.config.gamma if self.config.gamma is not None else 1.0
-        rewards: dict[str, np.ndarray] = {}
-        steps = np.ones(count, np.int64)
-        terminal = np.concatenate([np.asarray(t.terminal, bool) for t in window])
-        seg = np.concatenate(
-            [np.ones(t.size, bool) if t.segment_end is None else np.asarray(t.segment_end, bool) for t in window]
-        )
-        for key in window[0].rewards:
-            r = np.concatenate([np.asarray(t.rewards[key]) for t in window])
-            g, k = n_step_return(r, terminal, gamma, self.config.n_step, seg)
-            rewards[key], steps = g[:count], k[:count]
-        last = [window[i + int(steps[i]) - 1] for i in range(count)]
-        first = _concat(window[:count]) if count > 1 else window[0]
-        ends = _concat(last) if count > 1 else last[0]
-        return TrainingBatch(
-            inputs=first.inputs,
-            actions=first.actions,
-            rewards=rewards,
-            next_inputs=ends.next_inputs,
-            terminal=np.asarray(ends.terminal, bool),
-            segment_end=np.asarray(ends.segment_end, bool),
-            states=first.states,
-            next_states=ends.next_states,
-            extras=first.extras,
-            bootstrap_steps=steps,
-        )
-
-    def _store(self, rows: TrainingBatch) -> None:
-        trigger = self.config.learn_trigger
-        if trigger == LearnTrigger.THREAD:
-            self._raise_learner_error()
-        # Every write holds the lock, whatever the trigger: the learner thread samples the buffer, and a
-        # checkpoint (state_dict, from the Manager's thread while the agents run) copies it whole.
-        with self._lock:
-            self.buffer.add(rows)
-            self._since_learn += rows.size
-        self._learn_on_schedule(trigger)
-
-    def _learn_on_schedule(self, trigger: LearnTrigger) -> None:
-        """After rows were stored: wake the learner thread, or learn here once ``learn_every`` rows are new."""
-        if trigger is LearnTrigger.THREAD:
-            self._wake_learner()
-        elif trigger is LearnTrigger.STORE_DATA and self._since_learn >= self.config.learn_every:
-            self.learn()
-
-    def _raise_learner_error(self) -> None:
-        """Raise what made the learner thread fail (LearnTrigger.THREAD), at this and every later store:
-        the thread has ended, and an agent that caught the error must not store on with nothing learning."""
-        error = self.learner_error
-        if error is not None:
-            raise RuntimeError(
-                f"agent {self.agent_id}, task {self.name!r}: the learner thread failed: {error}"
-            ) from error
-
-    def _wake_learner(self) -> None:
-        """Start the learner thread on the first rows, and wake it when ``learn_every`` rows are new."""
-        if self._learner is None:
-            self._start_learner()
-        if self._since_learn >= self.config.learn_every:
-            self._learner_wake.set()
-
-    def _start_learner(self) -> None:
-        # The learner thread waits on its own return queues: the agent's may belong to a coroutine hub.
-        comm = self.comm.wrapper.create_communicator(self.agent_id, ThreadReturnQueue, register=False)  # type: ignore[call-arg]
-        self._learner = threading.Thread(
-            target=self._learner_loop, args=(comm,), name=f"parl-learner-{self.name}-{self.agent_id}", daemon=True
-        )
-        self._learner.start()
-
-    def _learner_loop(self, comm: Communicator) -> None:
-        while not self._learner_stop.is_set():
-            if not self._learner_wake.wait(0.05):
-                continue
-            self._learner_wake.clear()
-            try:
-                self._learn_via(comm)
-            except (RunStopped, WrapperError):
-                return
-            except Exception as exc:  # noqa: BLE001 - handed to the agent at its next store_data
-                self.learner_error = exc
-                return
-
-    def state_dict(self) -> dict[str, Any]:
-        """The replay buffer, the sampling RNG and the learning schedule."""
-        with self._lock:
-            return {
-                "buffer": self.buffer.state_dict(),
-                "rng": self.rng.bit_generator.state,
-                "since_learn": self._since_learn,
-            }
-
-    def set_state_dict(self, state: Mapping[str, Any]) -> None:
-        with self._lock:
-            self.buffer.set_state_dict(state["buffer"])
-            self.rng.bit_generator.state = state["rng"]
-            self._since_learn = int(state["since_learn"])
-
-    def close(self) -> None:
-        """Stop the learner thread (LearnTrigger.THREAD), waiting at most 2 s."""
-        self._learner_stop.set()
-        if self._learner is not None:
-            self._learner.join(2.0)
-
-    def learn(self) -> LearnResult | None:
-        return self._learn_via(self.comm)
-
-    def _learn_via(self, comm: Communicator) -> LearnResult | None:
-        if len(self.buffer) < max(1, self.config.learning_starts):
-            return None
-        with self._lock:
-            self._since_learn = 0
-            sampled_at = self.buffer.added
-            if not isinstance(self.buffer, PrioritizedReplayBuffer):
-                batch, idx = self.buffer.sample(self.config.batch_size, self.rng), None
-            else:
-                batch, idx = self.buffer.sample_with_indices(self.config.batch_size, self.rng)
-        result = self._send(batch, comm)
-        if idx is None:
-            return result
-        key = self.config.priority_key
-        if key not in result.per_sample:
-            raise ValueError(
-                f"agent {self.agent_id}, task {self.name!r}: prioritized replay needs the per-sample learn output "
-                f"{key!r} as priority, but learn returned only {sorted(result.per_sample)}; set "
-                "ExpReplayConfig.priority_key to one of them"
-            )
-        with self._lock:
-            assert isinstance(self.buffer, PrioritizedReplayBuffer)
-            # Rows the agent added meanwhile (LearnTrigger.THREAD) may have replaced some sampled ones.
-            self.buffer.update_priorities(idx, result.per_sample[key], sampled_at=sampled_at)
-        return result
-
-
-def _finite_limit(dtype: np.dtype) -> float:
-    """The bound ``x`` stays strictly within (``-limit < x < limit``) exactly when ``x`` rounds to a finite
-    value of the float ``dtype``: its largest value plus half a unit in the last place (a tie rounds to
-    even, which is infinity there)."""
-    info = np.finfo(dtype)
-    if info.bits >= 64:
-        return math.inf
-    return float(info.max) + 2.0 ** (int(info.maxexp) - int(info.nmant) - 2)
-
-
-def _n_step_row(
-    window: list[tuple[np.ndarray, Any, float, np.ndarray, bool]], t: int, gamma: float
-) -> tuple[np.ndarray, Any, float, np.ndarray, bool, int]:
-    """The n-step row of transition ``t`` of ``window`` summed to the window's end: (obs, action, return,
-    next obs, terminal, steps). The sum is :func:`n_step_return`'s, float for float in the same order."""
-    total, discount = 0.0, 1.0
-    for i in range(t, len(window)):
-        total = total + discount * window[i][2]
-        discount *= gamma
-    last = window[-1]
-    return window[t][0], window[t][1], total, last[3], last[4], len(window) - t
-
-
-_ON_POLICY_ROW_PATH = (
-    "store_step", "store_final", "store_data", "_completed", "on_transition", "on_episode_end", "learn", "ready",
-    "_reward_fields", "_extras_from_prediction", "_check", "_plain_input", "_returned", "_step_of_act",
-)  # fmt: skip
-"""What a step of :class:`OnPolicyHelper`'s one-row path stands in for (see :data:`_ROW_PATH`)."""
-
-_ROW_PATH = (
-    "store_step", "store_final", "store_data", "on_transition", "_completed", "on_episode_end", "_store",
-    "_transition", "_n_step_rows", "_reward_fields", "_check", "_plain_input", "_returned", "_step_of_act",
-    "_learn_on_schedule",
-)  # fmt: skip
-"""What a step of :class:`ExpReplayHelper`'s one-row path stands in for: a subclass that changes any of it
-takes the general path."""
-
-
-def _check_gamma(task: Any, config: ExpReplayConfig) -> None:
-    """Refuse an n-step gamma that differs from the algorithm's (when the algorithm is in this process)."""
-    if config.n_step == 1:
-        return
-    algo_gamma = getattr(getattr(getattr(task, "algorithm", None), "config", None), "gamma", None)
-    if isinstance(algo_gamma, (int, float)) and not np.isclose(algo_gamma, float(config.gamma or 0.0)):
-        raise ValueError(
-            f"task {task.name!r}: ExpReplayConfig.gamma={config.gamma} (the n-step reward discount) differs from "
-            f"the algorithm's gamma={algo_gamma}; the target would mix two discounts"
-        )
