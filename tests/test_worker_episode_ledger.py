@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import parl
 from parl.runtimes import process_worker
 from parl.runtimes.episode_ledger import EpisodeLedger
 from parl.runtimes.process_worker import WorkerMessenger
+from parl.runtimes.processes import WorkerLink
 from tests.test_agent_group_fakes import ActAgent, CounterEnv, echo_task_config
 
 
@@ -123,6 +125,25 @@ class _SerialEnv(CounterEnv):
         return obs, reward, terminated, truncated, info
 
 
+def _killed_once_manager(
+    log: Path, kill_after: int, max_episodes: int, predict_in_workers: bool = False
+) -> parl.Manager:
+    """One worker of one agent whose env kills the worker after ``kill_after`` episodes, restarts on."""
+    return parl.Manager(
+        [echo_task_config(wrapper=parl.WrapperConfig(predict_in_workers=predict_in_workers))],
+        ActAgent,
+        lambda i: _SerialEnv(log, kill_after),
+        parl.ManagerConfig(
+            num_agents=1,
+            runtime="processes",
+            num_workers=1,
+            max_episodes=max_episodes,
+            max_seconds=60,
+            restart_failed_agents=True,
+        ),
+    )
+
+
 @pytest.mark.parametrize("predict_in_workers", [False, True], ids=["learner-predicts", "replicas"])
 def test_the_episodes_a_killed_worker_had_not_reported_are_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, predict_in_workers: bool
@@ -131,19 +152,7 @@ def test_the_episodes_a_killed_worker_had_not_reported_are_counted(
     # (the fork copies the module's setting).
     monkeypatch.setattr(process_worker, "EPISODE_REPORT_S", 3600.0)
     log, kill_after = tmp_path / "serials", 12
-    manager = parl.Manager(
-        [echo_task_config(wrapper=parl.WrapperConfig(predict_in_workers=predict_in_workers))],
-        ActAgent,
-        lambda i: _SerialEnv(log, kill_after),
-        parl.ManagerConfig(
-            num_agents=1,
-            runtime="processes",
-            num_workers=1,
-            max_episodes=kill_after + 3,
-            max_seconds=60,
-            restart_failed_agents=True,
-        ),
-    )
+    manager = _killed_once_manager(log, kill_after, kill_after + 3, predict_in_workers)
     with caplog.at_level(logging.WARNING, logger="parl.runtimes.processes"):
         report = manager.run()
     assert report.restarts == 1 and report.faults.workers_lost == 1
@@ -153,3 +162,36 @@ def test_the_episodes_a_killed_worker_had_not_reported_are_counted(
     recovered = [r for r in caplog.records if "counted them from its episode ledger" in r.getMessage()]
     assert recovered and f"with {kill_after} finished episodes" in recovered[0].getMessage()
     assert np.all(np.diff(report.returns[0]) == 1.0)  # nothing counted twice, nothing skipped
+
+
+def test_recovered_episodes_that_complete_the_budget_end_the_run_normally(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The dead worker's own unreported episodes are the ones that reach max_episodes: the run ends as
+    # one that completed its budget (the restart was granted before they were counted), not as a
+    # failure because a stop was requested when the restart was decided.
+    monkeypatch.setattr(process_worker, "EPISODE_REPORT_S", 3600.0)
+    log, kill_after = tmp_path / "serials", 12
+    report = _killed_once_manager(log, kill_after, max_episodes=kill_after).run()
+    assert report.episodes >= kill_after
+    assert report.returns[0][:kill_after] == [float(s) for s in range(1, kill_after + 1)]
+    assert report.faults.workers_lost == 1 and report.restarts == 1
+
+
+def test_a_run_of_one_worker_does_not_end_while_that_worker_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Manager runs while any worker is alive. A worker being restarted still counts: a slow
+    # restart (here, its recovery takes a second) must not end a run of one worker early.
+    monkeypatch.setattr(process_worker, "EPISODE_REPORT_S", 3600.0)
+    original = WorkerLink.count_recovered
+
+    def slow_count(self: WorkerLink, recovered: Any) -> None:
+        time.sleep(1.0)  # twenty of the Manager's polls
+        original(self, recovered)
+
+    monkeypatch.setattr(WorkerLink, "count_recovered", slow_count)
+    log, kill_after = tmp_path / "serials", 5
+    report = _killed_once_manager(log, kill_after, max_episodes=kill_after + 10).run()
+    assert report.restarts == 1
+    assert report.episodes >= kill_after + 10  # the budget, not an early end

@@ -13,7 +13,7 @@ learning results come back the same way.
 
     learner process                               worker process k (agents k, k+P, ...)
     ComputationWrapper(training loop)  <-- learn --  AgentHelper.learn()
-    _WorkerLink thread: predict(shm) <-- 1 msg/round -- Hub: pack pending predictions
+    WorkerLink thread:  predict(shm) <-- 1 msg/round -- Hub: pack pending predictions
                         actions -> shm --> reply --> agents resume with their rows
 
 With ``WrapperConfig(predict_in_workers=True)`` a worker predicts a task's rounds on its own
@@ -188,18 +188,23 @@ class WorkerLink:
         # and one that close() gave up waiting for closes what it started itself (hence reentrant).
         self._start_lock = threading.RLock()
 
-    def start(self) -> None:
-        """Start (or restart) the worker and the thread that serves it (nothing once the runtime stops)."""
+    def start(self) -> bool:
+        """Start (or restart) the worker and the thread that serves it; False (nothing started) once the
+        runtime stops."""
         with self._start_lock:
             if self.runtime.stopping:
-                return
+                return False
             with self._replies_lock:
                 self.ready = False
                 self.final_states = None
             self.exited = False
             self.said_goodbye = False
             self.launches += 1  # learn results for an earlier process go nowhere (_ProxyComm)
-            self.pred_conn, self.msg_conn = self._launch()
+            try:
+                self.pred_conn, self.msg_conn = self._launch()
+            except BaseException:
+                self._free_shared()  # what the failed launch created: nothing else frees it
+                raise
             with self._replies_lock:
                 self.ready = True
             # Predictions have a thread of their own that blocks in one read per round: waiting on
@@ -217,6 +222,7 @@ class WorkerLink:
                 # The run stopped while this worker started, and stop() gave up waiting for it.
                 logger.warning("worker %d came up after the run stopped; stopping it", self.index)
                 self.close(LATE_START_CLOSE_S)
+            return True
 
     def wait_for_start(self, timeout: float) -> bool:
         """Wait until no (re)start of the worker is in progress; False if one still is after ``timeout``."""
@@ -271,8 +277,6 @@ class WorkerLink:
             (SharedArrays(request_specs(t), capacity), SharedArrays(reply_specs(t), capacity)) for t in rt.specs
         ]
         channels = [TaskChannel(req.shm.name, rep.shm.name, capacity) for req, rep in self.buffers]
-        if self.ledger is not None:
-            self.ledger.close()  # the last launch's, read when that worker ended
         self.ledger, self.reported = EpisodeLedger(LEDGER_CAPACITY), 0
         pred_conn, child_pred = ctx.Pipe(duplex=True)
         msg_conn, child_msg = ctx.Pipe(duplex=True)
@@ -338,11 +342,13 @@ class WorkerLink:
         except (EOFError, OSError):
             pass
         finally:
+            # Read at once: close() frees the ledger shortly after the worker ends.
+            recovered = [] if self.said_goodbye else self._unreported_episodes()
             if pred_thread is not None and not self.said_goodbye:
                 # The worker died: its prediction thread ends at the connection's end, after the
                 # request it was serving (a restart replaces the buffers that request used).
                 pred_thread.join(PREDICT_THREAD_JOIN_S)
-            self._on_exit()
+            self._on_exit(recovered)
 
     def _serve_predictions(self, conn: mpc.Connection, buffers: list[tuple[SharedArrays, SharedArrays]]) -> None:
         """Answer the worker's prediction requests, one per round, until its connection ends."""
@@ -428,8 +434,12 @@ class WorkerLink:
             self.said_goodbye = True
             self.exited = True
 
-    def _on_exit(self) -> None:
-        self.exited = True
+    def _on_exit(self, recovered: Sequence[tuple[int, float, int]] = ()) -> None:
+        """The worker ended: fail what waits for it, then count ``recovered`` (the finished episodes it
+        never reported) and, if it ended without its goodbye, restart it or fail the run.
+
+        ``exited`` turns True only once no restart follows: until then the runtime still counts this
+        worker as alive, so a run with one worker does not end while it restarts."""
         with self._replies_lock:
             self.ready = False
             unanswered, self._replies = self._replies, {}
@@ -437,34 +447,49 @@ class WorkerLink:
             reply.ended = True
             reply.done.set()
         code = self._exit_code()
-        if not self.said_goodbye:
-            self._recover_episodes()
         # A worker says goodbye at the end of its run, whatever ended it: one that ends without it
         # (killed, crashed, or os._exit(0) in an env) lost its agents, even with exit code 0.
+        restarted = False
         if not self.said_goodbye and not self.runtime.stopping:
-            self.runtime.worker_died(self, code if code is not None else -1)
+            restarted = self.runtime.worker_died(self, code if code is not None else -1, recovered)
+        else:
+            self.count_recovered(recovered)
+        if not restarted:
+            self.exited = True
 
-    def _recover_episodes(self) -> None:
-        """Count the episodes a worker that ended without its goodbye finished but never reported (the
-        last ``EPISODE_REPORT_S`` of its run), from its ledger: every message it sent has been read."""
+    def _unreported_episodes(self) -> list[tuple[int, float, int]]:
+        """The episodes a worker that ended without its goodbye finished but never reported (the last
+        ``EPISODE_REPORT_S`` of its run), from its ledger: call once every message it sent was read."""
         if self.ledger is None:
-            return
+            return []
         try:
             records, overwritten = self.ledger.unreported(self.reported)
         except RuntimeError:
-            return  # closed: the runtime stopped and freed it meanwhile
-        for agent_id, episode_return, steps in records:
-            if agent_id in self.agent_ids:
-                self.control.episode_done(agent_id, episode_return, steps)
+            logger.warning("%s: its episode ledger was freed before it could be read", self.describe())
+            return []
+        if overwritten:  # a worker keeps at most the ledger's capacity unsent: this is a bug if seen
+            logger.error("%s: %d episode reports were overwritten in its ledger", self.describe(), overwritten)
         self.reported += len(records)
-        if records:
+        return [r for r in records if r[0] in self.agent_ids]
+
+    def count_recovered(self, recovered: Sequence[tuple[int, float, int]]) -> None:
+        """Count the finished episodes read from the ledger of a worker that ended without reporting them."""
+        for agent_id, episode_return, steps in recovered:
+            self.control.episode_done(agent_id, episode_return, steps)
+        if recovered:
             logger.warning(
                 "%s ended with %d finished episodes not yet reported; counted them from its episode ledger",
                 self.describe(),
-                len(records),
+                len(recovered),
             )
-        if overwritten:  # a worker keeps at most the ledger's capacity unsent: this is a bug if seen
-            logger.error("%s: %d episode reports were overwritten in its ledger", self.describe(), overwritten)
+
+    def _free_shared(self) -> None:
+        """Free this launch's shared memory: the prediction buffers and the episode ledger."""
+        for req, rep in self.buffers:
+            req.close()
+            rep.close()
+        if self.ledger is not None:
+            self.ledger.close()
 
     def close(self, timeout: float) -> bool:
         """Join the process (killing it if needed) and free the buffers; True if it ended in time."""
@@ -482,11 +507,7 @@ class WorkerLink:
         for thread in (self.thread, self.pred_thread):
             if thread is not None:
                 thread.join(0.5)
-        for req, rep in self.buffers:
-            req.close()
-            rep.close()
-        if self.ledger is not None:
-            self.ledger.close()
+        self._free_shared()
         for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
             if conn is not None:
                 conn.close()
@@ -692,29 +713,34 @@ class ProcessRuntime:
         else:
             c.agent_failed(agent_id, error, tb, restartable=False)  # (the restart was refused above)
 
-    def worker_died(self, link: WorkerLink, exitcode: int) -> None:
-        """A worker ended abnormally: restart it (with its agents) or fail the run."""
+    def worker_died(self, link: WorkerLink, exitcode: int, recovered: Sequence[tuple[int, float, int]] = ()) -> bool:
+        """A worker ended abnormally: restart it (with its agents) or fail the run; True if it restarted.
+
+        ``recovered`` (the finished episodes it never reported) are counted after the decision, so
+        that the episodes which complete the run's budget do not turn its restart into a failure, and
+        before the restart, so that they come before the new worker's episodes."""
         assert self.control is not None
         c = self.control
         error = RuntimeError(f"{link.describe()} (agents {link.agent_ids}) died with exit code {exitcode}")
         c.record_fault("workers_lost")
         c.record_fault("episodes_lost", len(link.agent_ids))
-        if not self.stopping and c.grant_restart():
-            with self._lock:
-                self.worker_restarts += 1
-            from parl.runtimes.control import AgentFailure
-
-            c.failures.append(AgentFailure(link.agent_ids[0], error, "", True))
-            logger.warning("%s; restarting it", error)
-            for req, rep in link.buffers:
-                req.close()
-                rep.close()
-            try:
-                link.start()
-            except Exception as exc:  # noqa: BLE001 - a worker that cannot come back ends the run
-                c.agent_failed(link.agent_ids[0], exc, traceback.format_exc(), restartable=False)
-        else:
+        restart = not self.stopping and c.grant_restart()
+        link.count_recovered(recovered)
+        if not restart:
             c.agent_failed(link.agent_ids[0], error, f"{link.describe()}: exit code {exitcode}\n", restartable=False)
+            return False
+        with self._lock:
+            self.worker_restarts += 1
+        from parl.runtimes.control import AgentFailure
+
+        c.failures.append(AgentFailure(link.agent_ids[0], error, "", True))
+        logger.warning("%s; restarting it", error)
+        link._free_shared()
+        try:
+            return link.start()  # False: the runtime began to stop meanwhile
+        except Exception as exc:  # noqa: BLE001 - a worker that cannot come back ends the run
+            c.agent_failed(link.agent_ids[0], exc, traceback.format_exc(), restartable=False)
+            return False
 
     def alive(self) -> bool:
         return any(not link.exited for link in self.links)
