@@ -195,3 +195,46 @@ def test_a_run_of_one_worker_does_not_end_while_that_worker_restarts(
     report = _killed_once_manager(log, kill_after, max_episodes=kill_after + 10).run()
     assert report.restarts == 1
     assert report.episodes >= kill_after + 10  # the budget, not an early end
+
+
+def _shm_segments() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+
+
+def test_a_restart_whose_process_cannot_start_fails_the_run_and_frees_its_shared_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    starts = [0]
+    original = WorkerLink._start_process
+
+    def fork_fails_the_second_time(self: WorkerLink, *args: Any) -> Any:
+        starts[0] += 1
+        if starts[0] == 2:
+            raise OSError("fork: Resource temporarily unavailable")
+        return original(self, *args)
+
+    monkeypatch.setattr(WorkerLink, "_start_process", fork_fails_the_second_time)
+    before = _shm_segments()
+    manager = _killed_once_manager(tmp_path / "serials", kill_after=3, max_episodes=100)
+    # The restart's own error, not an error of the stop that follows it (joining a process never started).
+    with pytest.raises(parl.AgentError, match="Resource temporarily unavailable"):
+        manager.run()
+    assert starts[0] == 2
+    assert _shm_segments() <= before  # the failed launch's buffers and ledger are gone too
+
+
+def test_a_first_launch_that_cannot_start_raises_its_own_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fork_fails(self: WorkerLink, *args: Any) -> Any:
+        raise OSError("fork: Cannot allocate memory")
+
+    monkeypatch.setattr(WorkerLink, "_start_process", fork_fails)
+    before = _shm_segments()
+    manager = parl.Manager(
+        [echo_task_config()],
+        ActAgent,
+        lambda i: CounterEnv(tag=i, length=3),
+        parl.ManagerConfig(num_agents=2, runtime="processes", num_workers=2, max_episodes=10, max_seconds=30),
+    )
+    with pytest.raises(OSError, match="Cannot allocate memory"):
+        manager.run()
+    assert _shm_segments() <= before

@@ -173,7 +173,7 @@ class WorkerLink:
         self._reap_lock = threading.Lock()
         self.buffers: list[tuple[SharedArrays, SharedArrays]] = []
         self.ledger: EpisodeLedger | None = None
-        """This launch's episode ledger (see :meth:`_recover_episodes`); None on Ray."""
+        """This launch's episode ledger (see :meth:`_unreported_episodes`); None on Ray."""
         self.reported = 0
         """Episode reports received from this launch of the worker."""
         self._extra_names: dict[int, frozenset[str]] = {}  # per task index: what a reply carries of the extras
@@ -187,6 +187,7 @@ class WorkerLink:
         # new worker through its new connections; a restart that begins after stop() starts nothing,
         # and one that close() gave up waiting for closes what it started itself (hence reentrant).
         self._start_lock = threading.RLock()
+        self._shared_lock = threading.Lock()  # see _free_shared
 
     def start(self) -> bool:
         """Start (or restart) the worker and the thread that serves it; False (nothing started) once the
@@ -273,14 +274,37 @@ class WorkerLink:
         rt = self.runtime
         ctx: Any = mp.get_context(rt.start_method)
         capacity = max(1, len(self.agent_ids))
-        self.buffers = [
-            (SharedArrays(request_specs(t), capacity), SharedArrays(reply_specs(t), capacity)) for t in rt.specs
-        ]
+        # One block at a time into self.buffers, so that a launch that fails part way frees what it made.
+        self.buffers, self.ledger, self.reported = [], None, 0
+        for t in rt.specs:
+            request = SharedArrays(request_specs(t), capacity)
+            try:
+                self.buffers.append((request, SharedArrays(reply_specs(t), capacity)))
+            except BaseException:
+                request.close()
+                raise
         channels = [TaskChannel(req.shm.name, rep.shm.name, capacity) for req, rep in self.buffers]
-        self.ledger, self.reported = EpisodeLedger(LEDGER_CAPACITY), 0
+        self.ledger = EpisodeLedger(LEDGER_CAPACITY)
         pred_conn, child_pred = ctx.Pipe(duplex=True)
         msg_conn, child_msg = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(
+        try:
+            process = self._start_process(ctx, channels, child_pred, child_msg)
+        except BaseException:
+            for conn in (pred_conn, child_pred, msg_conn, child_msg):
+                conn.close()
+            raise
+        finally:
+            # The worker has its own copies of its ends (or was never started).
+            child_pred.close()
+            child_msg.close()
+        self.process = process  # only a started process: close() joins it
+        return pred_conn, msg_conn
+
+    def _start_process(self, ctx: Any, channels: list[TaskChannel], child_pred: Any, child_msg: Any) -> Any:
+        """Start the worker process with its ends of the pipes, its channels and this launch's ledger."""
+        rt = self.runtime
+        assert self.ledger is not None
+        process = ctx.Process(
             target=worker_main,
             args=(
                 self.index,
@@ -303,12 +327,10 @@ class WorkerLink:
             # The worker copies the tasks it replicates as they are now: with no learning step or
             # prediction of ours half done (the fork copies one thread; Paddle's state must be whole).
             with models_quiet(rt.tasks):
-                self.process.start()
+                process.start()
         else:
-            self.process.start()
-        child_pred.close()
-        child_msg.close()
-        return pred_conn, msg_conn
+            process.start()
+        return process
 
     def send(self, msg: Any, conn: mpc.Connection | None = None) -> None:
         """Send ``msg`` to the worker (on ``conn``, a connection of an earlier launch, when given)."""
@@ -440,22 +462,24 @@ class WorkerLink:
 
         ``exited`` turns True only once no restart follows: until then the runtime still counts this
         worker as alive, so a run with one worker does not end while it restarts."""
-        with self._replies_lock:
-            self.ready = False
-            unanswered, self._replies = self._replies, {}
-        for reply in unanswered.values():
-            reply.ended = True
-            reply.done.set()
-        code = self._exit_code()
-        # A worker says goodbye at the end of its run, whatever ended it: one that ends without it
-        # (killed, crashed, or os._exit(0) in an env) lost its agents, even with exit code 0.
         restarted = False
-        if not self.said_goodbye and not self.runtime.stopping:
-            restarted = self.runtime.worker_died(self, code if code is not None else -1, recovered)
-        else:
-            self.count_recovered(recovered)
-        if not restarted:
-            self.exited = True
+        try:
+            with self._replies_lock:
+                self.ready = False
+                unanswered, self._replies = self._replies, {}
+            for reply in unanswered.values():
+                reply.ended = True
+                reply.done.set()
+            code = self._exit_code()
+            # A worker says goodbye at the end of its run, whatever ended it: one that ends without it
+            # (killed, crashed, or os._exit(0) in an env) lost its agents, even with exit code 0.
+            if not self.said_goodbye and not self.runtime.stopping:
+                restarted = self.runtime.worker_died(self, code if code is not None else -1, recovered)
+            else:
+                self.count_recovered(recovered)
+        finally:
+            if not restarted:  # whatever raised above: a link that will not serve again is not alive
+                self.exited = True
 
     def _unreported_episodes(self) -> list[tuple[int, float, int]]:
         """The episodes a worker that ended without its goodbye finished but never reported (the last
@@ -484,12 +508,14 @@ class WorkerLink:
             )
 
     def _free_shared(self) -> None:
-        """Free this launch's shared memory: the prediction buffers and the episode ledger."""
-        for req, rep in self.buffers:
-            req.close()
-            rep.close()
-        if self.ledger is not None:
-            self.ledger.close()
+        """Free this launch's shared memory: the prediction buffers and the episode ledger (a restart and
+        close() may both call this; the second call finds nothing left to free)."""
+        with self._shared_lock:
+            for req, rep in self.buffers:
+                req.close()
+                rep.close()
+            if self.ledger is not None:
+                self.ledger.close()
 
     def close(self, timeout: float) -> bool:
         """Join the process (killing it if needed) and free the buffers; True if it ended in time."""
@@ -739,7 +765,11 @@ class ProcessRuntime:
         try:
             return link.start()  # False: the runtime began to stop meanwhile
         except Exception as exc:  # noqa: BLE001 - a worker that cannot come back ends the run
-            c.agent_failed(link.agent_ids[0], exc, traceback.format_exc(), restartable=False)
+            if self.stopping:
+                # The run's stop interrupted the restart (it closes a worker still starting): not a failure.
+                logger.warning("the restart of %s was interrupted by the run's stop: %s", link.describe(), exc)
+            else:
+                c.agent_failed(link.agent_ids[0], exc, traceback.format_exc(), restartable=False)
             return False
 
     def alive(self) -> bool:
