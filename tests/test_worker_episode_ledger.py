@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -238,3 +239,26 @@ def test_a_first_launch_that_cannot_start_raises_its_own_error(monkeypatch: pyte
     with pytest.raises(OSError, match="Cannot allocate memory"):
         manager.run()
     assert _shm_segments() <= before
+
+
+def _bare_link(ledger: EpisodeLedger, reported: int | None) -> WorkerLink:
+    """A WorkerLink with only what reading its ledger needs (no process, no threads)."""
+    link = object.__new__(WorkerLink)
+    link.index, link.agent_ids, link.ledger, link.reported = 0, [0, 1], ledger, reported
+    link.process = SimpleNamespace(pid=4242)
+    return link
+
+
+def test_the_learner_reads_a_ledger_only_while_it_knows_what_was_reported(caplog: pytest.LogCaptureFixture) -> None:
+    ledger = EpisodeLedger(capacity=8)
+    try:
+        for k in range(4):
+            ledger.write(k % 3, float(k), 5)  # agent 2 is not this worker's
+        assert _bare_link(ledger, reported=1)._unreported_episodes() == [(1, 1.0, 5), (0, 3.0, 5)]
+        # A message that could not be read may have been a report: which records were counted is then
+        # unknown, and none is counted again.
+        with caplog.at_level(logging.WARNING, logger="parl.runtimes.processes"):
+            assert _bare_link(ledger, reported=None)._unreported_episodes() == []
+        assert "cannot tell what is unreported" in caplog.text
+    finally:
+        ledger.close()

@@ -223,4 +223,5 @@ _ON_POLICY_ROW_PATH = (
     "store_step", "store_final", "store_data", "_completed", "on_transition", "on_episode_end", "learn", "ready",
     "_reward_fields", "_extras_from_prediction", "_check", "_plain_input", "_returned", "_step_of_act",
 )  # fmt: skip
-"""What a step of :class:`OnPolicyHelper`'s one-row path stands in for (see ``_ROW_PATH`` in :mod:`parl.framework.replay_helper`)."""
+"""What a step of :class:`OnPolicyHelper`'s one-row path stands in for (see ``_ROW_PATH`` in
+:mod:`parl.framework.replay_helper`)."""

@@ -174,8 +174,8 @@ class WorkerLink:
         self.buffers: list[tuple[SharedArrays, SharedArrays]] = []
         self.ledger: EpisodeLedger | None = None
         """This launch's episode ledger (see :meth:`_unreported_episodes`); None on Ray."""
-        self.reported = 0
-        """Episode reports received from this launch of the worker."""
+        self.reported: int | None = 0
+        """Episode reports received from this launch of the worker (None: unknown, a message was lost)."""
         self._extra_names: dict[int, frozenset[str]] = {}  # per task index: what a reply carries of the extras
         # Helper-state requests waiting for their answer; `ready` is False while the worker (re)starts.
         self._replies_lock = threading.Lock()
@@ -357,6 +357,7 @@ class WorkerLink:
                         # it: the run fails with the reason rather than hang or pass over an error.
                         error = RuntimeError(f"{self.describe()} sent a message that could not be read: {exc!r}")
                         self.control.agent_failed(-1, error, traceback.format_exc(), restartable=False)
+                        self.reported = None  # it may have been a report: the ledger's count no longer says which
                         continue
                     self._message(msg)
                 if any(x in ready for x in sentinels) and not self.msg_conn.poll():
@@ -434,7 +435,8 @@ class WorkerLink:
                 return
             wrapper.training_q.put((proxy, batch))  # type: ignore[arg-type]
         elif kind == "episodes":
-            self.reported += len(msg[1])
+            if self.reported is not None:
+                self.reported += len(msg[1])
             for agent_id, episode_return, steps in msg[1]:
                 self.control.episode_done(agent_id, episode_return, steps)
         elif kind == "predictions":
@@ -485,6 +487,11 @@ class WorkerLink:
         """The episodes a worker that ended without its goodbye finished but never reported (the last
         ``EPISODE_REPORT_S`` of its run), from its ledger: call once every message it sent was read."""
         if self.ledger is None:
+            return []
+        if self.reported is None:
+            logger.warning(
+                "%s: a message of it was lost, so its episode ledger cannot tell what is unreported", self.describe()
+            )
             return []
         try:
             records, overwritten = self.ledger.unreported(self.reported)
