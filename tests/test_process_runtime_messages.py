@@ -379,3 +379,39 @@ def test_in_a_worker_a_rebuild_that_raises_ends_the_run_with_its_error() -> None
     assert manager.control.restarts == 1
     assert [(f.agent_id, f.restarted) for f in manager.control.failures] == [(1, True), (1, False)]
     assert _no_children()
+
+
+def test_a_message_the_learner_fails_to_handle_fails_the_run_without_taking_the_worker_for_dead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from parl.runtimes.processes import WorkerLink
+
+    original = WorkerLink._message
+    failed: list[str] = []
+
+    def breaks_on_the_first_report(self: WorkerLink, msg: Any) -> None:
+        if msg[0] == "episodes" and not failed:
+            failed.append(msg[0])
+            raise KeyError("a bug in the learner's bookkeeping")
+        original(self, msg)
+
+    monkeypatch.setattr(WorkerLink, "_message", breaks_on_the_first_report)
+    manager = parl.Manager(
+        [echo_task_config()],
+        ActAgent,
+        counter_envs(length=3),
+        parl.ManagerConfig(
+            num_agents=2,
+            runtime="processes",
+            num_workers=1,
+            max_episodes=10_000,
+            max_seconds=30,
+            restart_failed_agents=True,
+        ),
+    )
+    with pytest.raises(parl.AgentError, match="handling a 'episodes' message of worker process 0"):
+        manager.run()
+    assert manager.control is not None
+    # The worker was alive and well: not counted as lost, not restarted beside itself.
+    assert manager.control.faults.workers_lost == 0 and manager.control.restarts == 0
+    assert _no_children()

@@ -4,6 +4,7 @@ bound on unsent reports, and the learner's recovery when a worker ends without i
 from __future__ import annotations
 
 import logging
+import multiprocessing as mp
 import os
 import signal
 import time
@@ -34,17 +35,23 @@ def test_the_ledger_returns_what_was_not_reported_oldest_first() -> None:
         ledger.close()
 
 
-def test_a_second_process_attached_by_name_reads_the_writers_records() -> None:
+def _write_in_a_child(name: str) -> None:
+    writer = EpisodeLedger(capacity=4, name=name)
+    writer.write(7, -2.25, 3)
+    # Agent ids and step counts are exact well beyond what a run reaches.
+    writer.write(2**40, 1e9, 2**50)
+    writer.close()
+
+
+def test_a_second_process_attached_by_name_writes_what_the_creator_reads() -> None:
     ledger = EpisodeLedger(capacity=4)
-    writer = EpisodeLedger(capacity=4, name=ledger.name)
     try:
-        writer.write(7, -2.25, 3)
-        assert ledger.unreported(0) == ([(7, -2.25, 3)], 0)
-        # Agent ids and step counts are exact well beyond what a run reaches.
-        writer.write(2**40, 1e9, 2**50)
-        assert ledger.unreported(1) == ([(2**40, 1e9, 2**50)], 0)
+        child = mp.get_context("fork").Process(target=_write_in_a_child, args=(ledger.name,))
+        child.start()
+        child.join(30)
+        assert child.exitcode == 0
+        assert ledger.unreported(0) == ([(7, -2.25, 3), (2**40, 1e9, 2**50)], 0)
     finally:
-        writer.close()
         ledger.close()
 
 
@@ -215,13 +222,28 @@ def test_a_restart_whose_process_cannot_start_fails_the_run_and_frees_its_shared
         return original(self, *args)
 
     monkeypatch.setattr(WorkerLink, "_start_process", fork_fails_the_second_time)
+    freed_by_start: list[bool] = []
+    original_start = WorkerLink.start
+
+    def start_then_look(self: WorkerLink) -> bool:
+        try:
+            return original_start(self)
+        except OSError:
+            # Freed by the failed start itself, before the run's stop frees anything.
+            assert self.ledger is not None
+            freed_by_start.append(
+                all(not req.views and not rep.views for req, rep in self.buffers) and not self.ledger._block.views
+            )
+            raise
+
+    monkeypatch.setattr(WorkerLink, "start", start_then_look)
     before = _shm_segments()
     manager = _killed_once_manager(tmp_path / "serials", kill_after=3, max_episodes=100)
     # The restart's own error, not an error of the stop that follows it (joining a process never started).
     with pytest.raises(parl.AgentError, match="Resource temporarily unavailable"):
         manager.run()
-    assert starts[0] == 2
-    assert _shm_segments() <= before  # the failed launch's buffers and ledger are gone too
+    assert starts[0] == 2 and freed_by_start == [True]
+    assert _shm_segments() <= before  # nothing of the failed launch is left
 
 
 def test_a_first_launch_that_cannot_start_raises_its_own_error(monkeypatch: pytest.MonkeyPatch) -> None:

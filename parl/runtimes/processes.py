@@ -359,19 +359,30 @@ class WorkerLink:
                         self.control.agent_failed(-1, error, traceback.format_exc(), restartable=False)
                         self.reported = None  # it may have been a report: the ledger's count no longer says which
                         continue
-                    self._message(msg)
+                    try:
+                        self._message(msg)
+                    except Exception as exc:  # noqa: BLE001 - a fault of ours, not of the worker, which goes on
+                        # Ending this loop would take the live worker for dead (and restart it beside
+                        # itself): the run fails with the reason instead, and the worker is stopped with it.
+                        error = RuntimeError(f"handling a {msg[0]!r} message of {self.describe()} failed: {exc!r}")
+                        self.control.agent_failed(-1, error, traceback.format_exc(), restartable=False)
+                        self.reported = None  # a report may have been counted in part
+
                 if any(x in ready for x in sentinels) and not self.msg_conn.poll():
                     break
         except (EOFError, OSError):
             pass
         finally:
-            # Read at once: close() frees the ledger shortly after the worker ends.
-            recovered = [] if self.said_goodbye else self._unreported_episodes()
-            if pred_thread is not None and not self.said_goodbye:
-                # The worker died: its prediction thread ends at the connection's end, after the
-                # request it was serving (a restart replaces the buffers that request used).
-                pred_thread.join(PREDICT_THREAD_JOIN_S)
-            self._on_exit(recovered)
+            recovered: list[tuple[int, float, int]] = []
+            try:
+                # Read at once: close() frees the ledger shortly after the worker ends.
+                recovered = [] if self.said_goodbye else self._unreported_episodes()
+                if pred_thread is not None and not self.said_goodbye:
+                    # The worker died: its prediction thread ends at the connection's end, after the
+                    # request it was serving (a restart replaces the buffers that request used).
+                    pred_thread.join(PREDICT_THREAD_JOIN_S)
+            finally:
+                self._on_exit(recovered)
 
     def _serve_predictions(self, conn: mpc.Connection, buffers: list[tuple[SharedArrays, SharedArrays]]) -> None:
         """Answer the worker's prediction requests, one per round, until its connection ends."""
