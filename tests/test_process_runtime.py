@@ -257,6 +257,48 @@ def test_a_replacement_that_comes_up_after_the_stop_gave_up_on_it_stops_itself(
     assert _no_children_left()
 
 
+@pytest.mark.timeout(90)
+def test_a_replacement_whose_shared_memory_the_stop_freed_before_its_fork_is_not_the_runs_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from parl.runtimes.processes import WorkerLink
+
+    real = WorkerLink._start_process
+    began: list[float] = []
+
+    def slow_fork(self: WorkerLink, *args: Any) -> Any:
+        if getattr(self, "_forked_once", False):
+            # The replacement's buffers and ledger exist; the stop gives up waiting and frees them now.
+            began.append(time.monotonic())
+            time.sleep(2.0)
+        self._forked_once = True  # type: ignore[attr-defined]
+        return real(self, *args)
+
+    monkeypatch.setattr(WorkerLink, "_start_process", slow_fork)
+    m = _manager(
+        parl.ManagerConfig(
+            num_agents=4, runtime="processes", num_workers=2, max_seconds=60, restart_failed_agents=True,
+            stop_timeout_s=1.0,
+        )
+    )  # fmt: skip
+    killer = WorkerKiller(m, lambda control: control.steps > 300, _kill_worker(0))
+    # The replacement cannot attach to its shared memory: a failure of the teardown, so the run that was
+    # stopped ends normally (no AgentError).
+    report = m.run(stop_when=lambda control: bool(began) and time.monotonic() - began[0] > 0.2)
+    killer.join()
+    assert report.restarts == 1 and report.faults.workers_lost == 1
+    link = m.runtime.links[0]  # type: ignore[union-attr]
+    assert link.wait_for_start(10.0)
+    assert link.late
+    assert link.thread is not None
+    link.thread.join(10.0)
+    assert not link.thread.is_alive()
+    assert m.control is not None and m.control.fatal is None
+    # Its failure to attach is logged, not recorded: the run's failures are the killed worker's only.
+    assert [(f.agent_id, f.restarted) for f in m.control.failures] == [(0, True)]
+    assert _no_children_left()
+
+
 @pytest.mark.timeout(60)
 def test_a_worker_whose_serving_fails_reports_the_error_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not the task but the worker's own packing raises: its agents get a WrapperError naming the cause."""

@@ -167,6 +167,8 @@ class WorkerLink:
         self.said_goodbye = False
         self.launches = 0
         """How many times the worker was started: a learn result goes only to the one that asked."""
+        self.late = False
+        """Whether this launch began after the run's stop had begun (its failures are the teardown's)."""
         self._send_lock = threading.Lock()
         # Reaping a child from two threads at once races in multiprocessing (the loser sees
         # "still running"); the serving thread and close() take turns.
@@ -206,6 +208,9 @@ class WorkerLink:
             except BaseException:
                 self._free_shared()  # what the failed launch created: nothing else frees it
                 raise
+            # A launch the run's stop overtook: stop() may have given up waiting for it and freed its shared
+            # memory (or the replicas' parameters) before the fork, so its worker may fail to attach.
+            self.late = self.runtime.stopping
             with self._replies_lock:
                 self.ready = True
             # Predictions have a thread of their own that blocks in one read per round: waiting on
@@ -455,6 +460,10 @@ class WorkerLink:
                 self.runtime.wrappers[task_index].record_prediction(requests, samples)
         elif kind == "failure":
             _, agent_id, error, tb, restarted = msg
+            if self.late:
+                # The teardown's doing (see start()), not the run's failure.
+                logger.warning("%s, started after the run's stop, failed: %s", self.describe(), error)
+                return
             self.runtime.record_failure(agent_id, error, tb, restarted)
         elif kind == "cut":
             _, agent_id, steps = msg
