@@ -189,7 +189,7 @@ class WorkerLink:
         # new worker through its new connections; a restart that begins after stop() starts nothing,
         # and one that close() gave up waiting for closes what it started itself (hence reentrant).
         self._start_lock = threading.RLock()
-        self._shared_lock = threading.Lock()  # see _free_shared
+        self._shared_lock = threading.Lock()  # see free_shared
 
     def start(self) -> bool:
         """Start (or restart) the worker and the thread that serves it; False (nothing started) once the
@@ -206,7 +206,7 @@ class WorkerLink:
             try:
                 self.pred_conn, self.msg_conn = self._launch()
             except BaseException:
-                self._free_shared()  # what the failed launch created: nothing else frees it
+                self.free_shared()  # what the failed launch created: nothing else frees it
                 raise
             # A launch the run's stop overtook: stop() may have given up waiting for it and freed its shared
             # memory (or the replicas' parameters) before the fork, so its worker may fail to attach.
@@ -534,7 +534,7 @@ class WorkerLink:
                 len(recovered),
             )
 
-    def _free_shared(self) -> None:
+    def free_shared(self) -> None:
         """Free this launch's shared memory: the prediction buffers and the episode ledger (a restart and
         close() may both call this; the second call finds nothing left to free)."""
         with self._shared_lock:
@@ -560,7 +560,7 @@ class WorkerLink:
         for thread in (self.thread, self.pred_thread):
             if thread is not None:
                 thread.join(0.5)
-        self._free_shared()
+        self.free_shared()
         for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
             if conn is not None:
                 conn.close()
@@ -788,7 +788,7 @@ class ProcessRuntime:
 
         c.failures.append(AgentFailure(link.agent_ids[0], error, "", True))
         logger.warning("%s; restarting it", error)
-        link._free_shared()
+        link.free_shared()
         try:
             return link.start()  # False: the runtime began to stop meanwhile
         except Exception as exc:  # noqa: BLE001 - a worker that cannot come back ends the run
