@@ -434,8 +434,12 @@ def measure_n(env_name: str, n: int, seconds: float, repeats: int, runtimes: lis
             runs.setdefault(label, []).append(run)
             refs.setdefault(label, []).append((before["steps_per_s"] + after["steps_per_s"]) / 2)
             before = after
-    refs[VECTOR] = [r["steps_per_s"] for r in runs[VECTOR]]
-    return [_summary(env_name, n, row, row_runs, refs[row]) for row, row_runs in runs.items()]
+    # The reference's own bracket: each of its runs against the median of all of them, the host's noise
+    # over this N's rounds (the other rows' ratios cancel most of it by pairing runs that are close in time).
+    refs[VECTOR] = [statistics.median(r["steps_per_s"] for r in runs[VECTOR])] * len(runs[VECTOR])
+    summaries = [_summary(env_name, n, row, row_runs, refs[row]) for row, row_runs in runs.items()]
+    summaries[0]["ratio"] = 1.0  # the median's own ratio, exactly (an even count of runs averages two)
+    return summaries
 
 
 def _start_local_ray() -> bool:
@@ -641,8 +645,10 @@ def _markdown(rows: list[dict[str, Any]], train: dict[str, float], capacity: flo
         "runs before each round's first row and after every row, and each run's ratio is to the mean of the",
         "vector-loop runs just before and after it (the host's speed drifts over seconds to minutes). A row's",
         "figures are medians over its runs, its ratio the median of its runs' ratios, with the lowest and",
-        "highest in brackets. CPU per step: CPU time of all processes of the row (the learner and its worker",
-        "processes) over the same window, divided by the env steps; 'learner' is this process's share.",
+        "highest in brackets. The vector loop's own bracket is the spread of its runs around their median:",
+        "how much the host's speed moved during that N's rounds. CPU per step: CPU time of all processes of",
+        "the row (the learner and its worker processes) over the same window, divided by the env steps;",
+        "'learner' is this process's share.",
         "Blank: not measurable (Ray actors are not this process's children). Ray runs only during its own",
         "rows (its daemons take CPU).",
         "The blocking-style floor runs N greenlet agents (`obs -> predict -> env.step`) under a minimal",

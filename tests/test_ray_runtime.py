@@ -5,6 +5,7 @@ Skipped when Ray is not installed (``pip install parl[ray]``); ``make test`` ins
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -20,9 +21,11 @@ ray = pytest.importorskip("ray")
 
 import test_faults as faults  # noqa: E402 - a module, so that pytest does not collect its tests here again
 import test_process_runtime as procs  # noqa: E402 - likewise
+import test_worker_episode_ledger as ledgers  # noqa: E402 - likewise
 from fault_helpers import WorkerKiller  # noqa: E402
 from ray_helpers import local_ray  # noqa: E402, F401 - the module-wide Ray instance (an autouse fixture)
 from test_agent_group_fakes import (  # noqa: E402
+    ActAgent,
     CounterEnv,
     StepAgent,
     echo_task_config,
@@ -32,6 +35,7 @@ from test_faults import SendEveryTransition, _chaos_manager, check_chaos_account
 
 import parl  # noqa: E402
 from parl.envs.chaos import read_fault_log  # noqa: E402
+from parl.runtimes import process_worker  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
@@ -156,6 +160,137 @@ def test_a_killed_actor_without_restarts_fails_the_run_quickly() -> None:
     killer.join()
     assert killer.killed and manager.control is not None and manager.control.faults.workers_lost == 1
     assert killer.detection_s < 3.0, killer.detection_s  # from the kill to workers_lost == 1
+
+
+def _ledgers_left(manager: parl.Manager) -> list[str]:
+    """The episode ledgers of ``manager``'s Ray runtime still in this node's shared memory."""
+    token = manager.runtime.run_token  # type: ignore[union-attr]
+    return sorted(p.name for p in Path("/dev/shm").glob(f"parl-ledger-{token}-*"))
+
+
+@pytest.mark.parametrize("where", ["learner-node", "by-a-task"])
+def test_the_episodes_a_killed_actor_had_not_reported_are_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    from parl.runtimes.ray_runtime import _RayLink
+
+    if where == "by-a-task":  # as for an actor on another node: a Ray task on the actor's node reads it
+        monkeypatch.setattr(_RayLink, "reads_locally", lambda self: False)
+    # The learner's report interval goes to its actors: an hour, so every episode of the first actor is
+    # still unsent when its env kills it (SIGKILL, from inside the actor).
+    monkeypatch.setattr(process_worker, "EPISODE_REPORT_S", 3600.0)
+    log, kill_after = tmp_path / "serials", 12
+    manager = parl.Manager(
+        [echo_task_config()],
+        ActAgent,
+        lambda i: ledgers._SerialEnv(log, kill_after),
+        _config(num_agents=1, num_workers=1, max_episodes=kill_after + 3, restart_failed_agents=True),
+    )
+    # Read back from the dead actor's ledger on its node: every episode, with its return, in order.
+    ledgers.run_and_check_every_episode_recovered(manager, caplog, kill_after)
+    # The task that read the dead actor's ledger freed it; the replacement freed its own as it ended.
+    assert _ledgers_left(manager) == []
+
+
+def test_an_actor_killed_at_the_stop_leaves_no_ledger_behind(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from parl.runtimes.ray_runtime import _RayLink
+
+    # An actor that never says goodbye (its stop message is dropped): the stop kills it, and the link's
+    # thread reads its ledger, counting what it never reported, and frees it before Ray shuts down.
+    monkeypatch.setattr(process_worker, "EPISODE_REPORT_S", 3600.0)
+    real_send = _RayLink.send
+
+    def send(self: _RayLink, msg: Any, conn: Any = None) -> None:
+        if msg[0] != "stop":
+            real_send(self, msg, conn)
+
+    monkeypatch.setattr(_RayLink, "send", send)
+    manager = parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        lambda i: CounterEnv(tag=i, length=2),
+        _config(num_agents=2, num_workers=1, max_episodes=20, stop_timeout_s=3.0),
+    )
+    with caplog.at_level(logging.WARNING, logger="parl.runtimes.processes"):
+        report = manager.run()
+    recovered = [r for r in caplog.records if "counted them from its episode ledger" in r.getMessage()]
+    assert recovered  # what the actor had not reported when it was killed
+    assert report.episodes >= 20
+    assert report.faults.workers_lost == 0  # killed by the stop: not a loss
+    assert _ledgers_left(manager) == []
+
+
+def test_a_silent_client_of_the_learner_holds_up_neither_the_actors_nor_the_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from parl.runtimes import ray_runtime
+
+    monkeypatch.setattr(ray_runtime, "HANDSHAKE_TIMEOUT_S", 3.0)
+    stray: list[socket.socket] = []
+    real_init = ray_runtime._Acceptor.__init__
+
+    def init_then_connect_silently(self: Any, host: str) -> None:
+        real_init(self, host)
+        # Connected before any actor, and never a byte sent (a port scan, a half-open connection).
+        stray.append(socket.create_connection(self.address))
+
+    monkeypatch.setattr(ray_runtime._Acceptor, "__init__", init_then_connect_silently)
+    manager = parl.Manager(
+        [echo_task_config()], StepAgent, lambda i: CounterEnv(tag=i), _config(num_agents=4, max_seconds=3)
+    )
+    start = time.monotonic()
+    try:
+        report = manager.run()
+    finally:
+        for sock in stray:
+            sock.close()
+    # Before: the acceptor blocked in the silent client's handshake: the actors could not connect
+    # (120 s), and the stop's wake-up client then waited for that acceptor for ever.
+    assert report.episodes > 0 and time.monotonic() - start < 60
+
+
+def test_more_actors_than_cpus_are_refused_on_a_local_instance_and_warned_of_on_a_cluster(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from parl.runtimes.ray_runtime import RayRuntime
+
+    runtime = RayRuntime(num_workers=3)  # the module's instance has 2 CPUs
+    runtime._started_ray = True  # as if this run had started it: nothing else can add CPUs
+    # Before: the third actor never started, and the run failed after 120 s blaming the network.
+    with pytest.raises(ValueError, match=r"3 actors ask Ray for 3 CPUs .* the Ray cluster has 2"):
+        runtime._check_cpus(3)
+    runtime._started_ray = False  # a cluster the caller joined may grow
+    with caplog.at_level(logging.WARNING, logger="parl.runtimes.ray_runtime"):
+        runtime._check_cpus(3)
+    assert "actors wait until the cluster has the CPUs" in caplog.text
+    runtime._check_cpus(2)  # what the cluster has: no word
+
+
+def test_the_learner_host_is_loopback_on_one_node_and_set_by_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    from parl.runtimes import ray_runtime
+
+    hosts: list[str] = []
+    real_init = ray_runtime._Acceptor.__init__
+
+    def recording(self: Any, host: str) -> None:
+        hosts.append(host)
+        real_init(self, host)
+
+    monkeypatch.setattr(ray_runtime._Acceptor, "__init__", recording)
+    for learner_host in (None, "localhost"):
+        manager = parl.Manager(
+            [echo_task_config()],
+            StepAgent,
+            lambda i: CounterEnv(tag=i),
+            _config(num_agents=2, max_episodes=4, ray_learner_host=learner_host),
+        )
+        assert manager.run().episodes >= 4
+    # Ray initialized by the caller (this module), one node: loopback; then the config's own address.
+    assert hosts == ["127.0.0.1", "localhost"]
 
 
 # The env fault tests of test_faults.py, with agents (and their guarded envs) in Ray actors.

@@ -160,6 +160,8 @@ def test_each_run_is_compared_with_the_vector_loop_runs_around_it(monkeypatch: p
     assert (by_row[f]["ratio_lo"], by_row[f]["ratio_hi"]) == (1.0, 1.5)
     assert (by_row[c]["ratio_lo"], by_row[c]["ratio_hi"]) == (0.6, 0.75)
     assert by_row[v]["runs"] == 8 and by_row[v]["ratio"] == 1.0
+    # The reference's bracket: its runs against their median (150), the host's noise over the rounds.
+    assert (by_row[v]["ratio_lo"], by_row[v]["ratio_hi"]) == (100.0 / 150.0, 2.0)
 
 
 def test_main_refuses_rounds_or_windows_that_measure_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -161,6 +161,14 @@ def test_the_episodes_a_killed_worker_had_not_reported_are_counted(
     monkeypatch.setattr(process_worker, "EPISODE_REPORT_S", 3600.0)
     log, kill_after = tmp_path / "serials", 12
     manager = _killed_once_manager(log, kill_after, kill_after + 3, predict_in_workers)
+    run_and_check_every_episode_recovered(manager, caplog, kill_after)
+
+
+def run_and_check_every_episode_recovered(
+    manager: parl.Manager, caplog: pytest.LogCaptureFixture, kill_after: int
+) -> parl.RunReport:
+    """Run ``manager`` (one agent on a :class:`_SerialEnv` that kills its worker once, after ``kill_after``
+    episodes no report carried) and check every one of those episodes was counted from the ledger."""
     with caplog.at_level(logging.WARNING, logger="parl.runtimes.processes"):
         report = manager.run()
     assert report.restarts == 1 and report.faults.workers_lost == 1
@@ -170,6 +178,7 @@ def test_the_episodes_a_killed_worker_had_not_reported_are_counted(
     recovered = [r for r in caplog.records if "counted them from its episode ledger" in r.getMessage()]
     assert recovered and f"with {kill_after} finished episodes" in recovered[0].getMessage()
     assert np.all(np.diff(report.returns[0]) == 1.0)  # nothing counted twice, nothing skipped
+    return report
 
 
 def test_recovered_episodes_that_complete_the_budget_end_the_run_normally(
@@ -225,9 +234,9 @@ def test_a_restart_whose_process_cannot_start_fails_the_run_and_frees_its_shared
     freed_by_start: list[bool] = []
     original_start = WorkerLink.start
 
-    def start_then_look(self: WorkerLink) -> bool:
+    def start_then_look(self: WorkerLink, serve: bool = True) -> bool:
         try:
-            return original_start(self)
+            return original_start(self, serve)
         except OSError:
             # Freed by the failed start itself, before the run's stop frees anything.
             assert self.ledger is not None

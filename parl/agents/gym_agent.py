@@ -17,6 +17,8 @@ __all__ = ["GymAgent"]
 class GymAgent(Agent):
     """The common case: the observation is the task's single input field, the action its single action field.
 
+    It plays the task named ``task_name`` ("RL"), or the run's only task whatever its name.
+
     Works with any helper (on-policy or replay) and any runtime::
 
         manager = Manager([TaskConfig("RL", algo, OnPolicyHelper)], GymAgent, lambda i: gym.make("CartPole-v1"),
@@ -43,6 +45,13 @@ class GymAgent(Agent):
         seed: int | None = None,
     ) -> None:
         super().__init__(agent_id, env, helpers, action_repeat, seed)
+        if self.task_name not in self.helpers:
+            if len(self.helpers) != 1:
+                raise ValueError(
+                    f"GymAgent plays the task named by its task_name ({self.task_name!r}), which the run does not "
+                    f"have; its tasks are {sorted(self.helpers)}: subclass GymAgent with task_name set to one"
+                )
+            self.task_name = next(iter(self.helpers))  # the run's only task, whatever its name
         helper = self.helpers[self.task_name]
         if len(helper.input_specs) != 1 or len(helper.action_specs) != 1:
             raise ValueError(

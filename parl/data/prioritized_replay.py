@@ -264,12 +264,55 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return state
 
     def set_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a buffer saved by a :class:`PrioritizedReplayBuffer`'s :meth:`state_dict` (same specs).
+
+        As :meth:`ReplayBuffer.set_state_dict`, and the rows' priorities and row ids with them. Everything
+        is checked before anything is written: a mismatch raises ``ValueError`` and leaves the buffer as it was.
+        """
+        priorities, max_priority, saved_row_id = self._checked_priorities(state)
         super().set_state_dict(state)
         order = self._saved_order(state)  # the rows' order as the base class put them back
-        priorities = np.asarray(state["priorities"], np.float64)
-        row_id = np.asarray(state.get("row_id", np.zeros(len(self))), np.int64)
+        row_id = np.zeros(len(self), np.int64) if saved_row_id is None else saved_row_id
         self.tree = SumTree(self.capacity)
         self.tree.update(np.arange(len(self)), priorities if order is None else priorities[order])
-        self.max_priority = float(state["max_priority"])
+        self.max_priority = max_priority
         self._row_id[:] = 0
         self._row_id[: len(self)] = row_id if order is None else row_id[order]
+
+    def _checked_priorities(self, state: Mapping[str, Any]) -> tuple[np.ndarray, float, np.ndarray | None]:
+        """The saved priorities, maximum priority and row ids (None when not saved), checked: a ValueError
+        naming what is wrong, before anything is written (the rows are checked first, as the base class does)."""
+        self._checked_state(state)  # the rows first: their checks say more about a wrong state
+        where = f"prioritized replay buffer {self.name!r}: cannot restore the saved state"
+        missing = [k for k in ("priorities", "max_priority") if k not in state]
+        if missing:
+            raise ValueError(
+                f"{where}: it has no {missing}, so it was not saved by a PrioritizedReplayBuffer (a uniform "
+                "ReplayBuffer's state, e.g. from a run with ExpReplayConfig.prioritized=False); restore it into a "
+                "ReplayBuffer, or resume with the setting it was saved with"
+            )
+        size = int(state["size"])
+        priorities = _saved_column(state["priorities"], size, "priorities", where)
+        if priorities.dtype.kind not in "fiu" or not np.all(np.isfinite(priorities)) or np.any(priorities <= 0):
+            raise ValueError(f"{where}: expected 'priorities' to be finite numbers > 0, got dtype {priorities.dtype}")
+        max_priority = state["max_priority"]
+        if not isinstance(max_priority, (int, float, np.integer, np.floating)) or not np.isfinite(max_priority):
+            raise ValueError(f"{where}: expected 'max_priority' to be a finite number, got {max_priority!r}")
+        row_id = state.get("row_id")
+        if row_id is not None:
+            row_id = _saved_column(row_id, size, "row_id", where)
+            if row_id.dtype.kind not in "iu":
+                raise ValueError(f"{where}: expected 'row_id' to be integers, got dtype {row_id.dtype}")
+        return (
+            priorities.astype(np.float64),
+            float(max_priority),
+            None if row_id is None else row_id.astype(np.int64),
+        )
+
+
+def _saved_column(value: Any, size: int, key: str, where: str) -> np.ndarray:
+    """``value`` as an array of one number per saved row, or a ValueError naming ``key``."""
+    arr = np.asarray(value)
+    if arr.shape != (size,):
+        raise ValueError(f"{where}: expected {key!r} with one value per saved row, shape ({size},), got {arr.shape}")
+    return arr

@@ -209,21 +209,21 @@ class ReplayBuffer:
 
         With the same capacity the rows go back where they were. A larger capacity takes a full,
         wrapped buffer's rows oldest first (so the next rows overwrite the oldest, as they would have);
-        a capacity below the saved row count is refused.
+        a capacity below the saved row count is refused. The saved state is checked against this
+        buffer's specs (groups, field names, per-row shapes, dtypes) before anything is written: a
+        mismatch raises ``ValueError`` and leaves the buffer as it was.
         """
+        data, terminal, saved_steps = self._checked_state(state)
         size = int(state["size"])
-        if size > self.capacity:
-            raise ValueError(f"{self.name}: saved buffer holds {size} rows, capacity is {self.capacity}")
         order = self._saved_order(state)
 
-        def rows(v: Any) -> Any:
-            return v if order is None else np.asarray(v)[order]
+        def rows(v: np.ndarray) -> np.ndarray:
+            return v if order is None else v[order]
 
-        for g, d in state["data"].items():
+        for g, d in data.items():
             for k, v in d.items():
                 self._data[g][k][:size] = rows(v)
-        self._terminal[:size] = rows(state["terminal"])
-        saved_steps = state.get("bootstrap_steps")
+        self._terminal[:size] = rows(terminal)
         self._has_steps = saved_steps is not None
         self._steps[:] = 1
         if saved_steps is not None:
@@ -231,6 +231,56 @@ class ReplayBuffer:
         self._next = (size if order is not None else int(state["next"])) % self.capacity
         self._size = size
         self.added = int(state["added"])
+
+    def _checked_state(
+        self, state: Mapping[str, Any]
+    ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray, np.ndarray | None]:
+        """The saved arrays of ``state`` (data by group and field, terminal, bootstrap_steps or None), checked
+        against this buffer's specs; a ValueError naming the group and field, before anything is written."""
+        where = f"replay buffer {self.name!r}: cannot restore the saved state"
+        if not isinstance(state, Mapping):
+            raise ValueError(f"{where}: expected a dict made by ReplayBuffer.state_dict(), got {type(state).__name__}")
+        missing = [k for k in ("data", "terminal", "next", "size", "added") if k not in state]
+        if missing:
+            raise ValueError(
+                f"{where}: it has no {missing}; expected a dict made by ReplayBuffer.state_dict() with the keys "
+                "'data', 'terminal', 'bootstrap_steps', 'next', 'size' and 'added'"
+            )
+        size, nxt, added = (_saved_int(state, k, where) for k in ("size", "next", "added"))
+        if size > self.capacity:
+            raise ValueError(f"{self.name}: saved buffer holds {size} rows, capacity is {self.capacity}")
+        if size < 0 or not 0 <= nxt <= size or added < size:
+            raise ValueError(
+                f"{where}: expected 0 <= next <= size <= added, got size={size}, next={nxt}, added={added}"
+            )
+        saved = state["data"]
+        if not isinstance(saved, Mapping) or set(saved) != set(_GROUPS):
+            got = sorted(map(str, saved)) if isinstance(saved, Mapping) else type(saved).__name__
+            raise ValueError(f"{where}: expected 'data' with the groups {sorted(_GROUPS)}, got {got}")
+        data: dict[str, dict[str, np.ndarray]] = {}
+        for g in _GROUPS:
+            fields = saved[g]
+            expected = [s.name for s in self._specs[g]]
+            if not isinstance(fields, Mapping):
+                raise ValueError(
+                    f"{where}: expected {g} as a dict of arrays by field name, got {type(fields).__name__}"
+                )
+            missing = [k for k in expected if k not in fields]
+            extra = sorted(str(k) for k in fields if k not in expected)
+            if missing or extra:
+                parts = [f"the saved {g} lack this buffer's field(s) {missing}"] if missing else []
+                parts += [f"the saved {g} have field(s) {extra} that this buffer's specs do not"] if extra else []
+                raise ValueError(
+                    f"{where}: {' and '.join(parts)} (saved {sorted(map(str, fields))}, expected {sorted(expected)}); "
+                    "restore it into a buffer built with the specs it was saved with"
+                )
+            data[g] = {
+                s.name: _saved_rows(fields[s.name], s, size, f"{where}: {g} field {s.name!r}") for s in self._specs[g]
+            }
+        terminal = _saved_rows(state["terminal"], _TERMINAL, size, f"{where}: 'terminal'")
+        steps = state.get("bootstrap_steps")
+        saved_steps = None if steps is None else _saved_rows(steps, _STEPS, size, f"{where}: 'bootstrap_steps'")
+        return data, terminal, saved_steps
 
     def _saved_order(self, state: Mapping[str, Any]) -> np.ndarray | None:
         """The saved rows oldest first, when their ring cannot keep its layout here, else None.
@@ -243,3 +293,27 @@ class ReplayBuffer:
         if nxt < size and size != self.capacity:
             return np.concatenate([np.arange(nxt, size), np.arange(nxt)])
         return None
+
+
+def _saved_int(state: Mapping[str, Any], key: str, where: str) -> int:
+    """``state[key]`` as an int, or a ValueError saying which key is not an integer."""
+    value = state[key]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{where}: expected {key!r} to be an integer, got {value!r}")
+    return int(value)
+
+
+def _saved_rows(value: Any, spec: FieldSpec, size: int, where: str) -> np.ndarray:
+    """The saved column ``value`` as an array of ``size`` rows of ``spec``'s per-row shape, in a dtype that
+    converts to the spec's (the kinds :func:`check_fields` accepts), else a ValueError naming it."""
+    arr = np.asarray(value)
+    want = (size,) + spec.shape
+    if arr.shape != want:
+        raise ValueError(
+            f"{where}: expected {size} saved rows of per-row shape {spec.shape} (an array of shape {want}), "
+            f"got shape {arr.shape}"
+        )
+    kind, want_kind = arr.dtype.kind, spec.np_dtype.kind
+    if not (kind == want_kind or (want_kind == "i" and kind == "u")):
+        raise ValueError(f"{where}: expected dtype {spec.dtype} (or one of its kind), got {arr.dtype}")
+    return arr

@@ -19,7 +19,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["FieldSpec", "check_fields", "fast_checked", "zeros_for", "SpecError", "all_finite", "all_finite_array"]
+__all__ = [
+    "FieldSpec",
+    "check_fields",
+    "checked_outputs",
+    "fast_checked",
+    "zeros_for",
+    "SpecError",
+    "all_finite",
+    "all_finite_array",
+]
 
 
 class SpecError(ValueError):
@@ -230,10 +239,106 @@ def _check_one(
             shown = "(B,)"
         raise SpecError(f"{where}: expected shape {shown}, got {arr.shape}")
     if arr.dtype != spec.np_dtype:
-        arr = arr.astype(spec.np_dtype)
+        arr = _converted(arr, spec.np_dtype, where)
     if check_finite and want_kind == "f" and not spec.allow_nan and arr.size and not all_finite_array(arr):
         raise SpecError(f"{where}: contains NaN or inf, which this field does not allow (allow_nan=False)")
     return arr
+
+
+def _converted(arr: np.ndarray, want: np.dtype, where: str) -> np.ndarray:
+    """``arr`` as dtype ``want`` (of a compatible kind), refusing a conversion that would change values: an
+    integer out of the range of ``want`` (which ``astype`` wraps) or a finite float beyond its range (which
+    ``astype`` makes inf). Only the conversion path pays for these checks (a min/max or one finiteness check)."""
+    kind, want_kind = arr.dtype.kind, want.kind
+    if kind in "iu" and want_kind in "iu":
+        if arr.size and not np.can_cast(arr.dtype, want, "safe"):
+            info = np.iinfo(want)
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < info.min or hi > info.max:
+                raise SpecError(
+                    f"{where}: values out of range for {want} (they span [{lo}, {hi}], {want} holds "
+                    f"[{info.min}, {info.max}]); converting would wrap them around. Fix the values or declare "
+                    "a wider dtype in the spec"
+                )
+        return arr.astype(want)
+    if kind == "f" and want_kind == "f" and arr.dtype.itemsize > want.itemsize:
+        with np.errstate(over="ignore"):
+            out = arr.astype(want)
+            finite = not out.size or all_finite_array(out)
+        if not finite:
+            overflow = np.isinf(out) & np.isfinite(arr)
+            if overflow.any():
+                biggest = float(np.abs(arr[overflow]).max())
+                raise SpecError(
+                    f"{where}: values out of the {want} range (a finite {arr.dtype} value of magnitude "
+                    f"{biggest:.4g} exceeds the {want} maximum {float(np.finfo(want).max):.4g}); converting would "
+                    "make it inf. Scale the values or declare a wider dtype in the spec"
+                )
+        return out
+    return arr.astype(want)
+
+
+def _checked_output(
+    arr: object, spec: FieldSpec, rows: int | None, *, task: str, group: str, source: str
+) -> tuple[np.ndarray | None, str]:
+    """The field ``spec`` of what ``source`` returned, converted to the spec's dtype, or the reason it is wrong."""
+    where = f"task {task!r}: {source} returned {group} field {spec.name!r}"
+    per_row = "(B, " + ", ".join(map(str, spec.shape)) + ")" if spec.shape else "(B,)"
+    if rows is not None:
+        per_row = per_row.replace("B", str(rows), 1)
+    expected = f"expected shape {per_row} and dtype {spec.dtype} (the model's {group.rstrip('s')}_specs)"
+    if arr is None:
+        return None, f"{where} is missing; {expected}"
+    value = arr if isinstance(arr, np.ndarray) else np.asarray(arr)
+    shape = value.shape
+    if rows is not None and shape[:1] != (rows,):
+        return None, f"{where} has shape {shape}, expected {rows} rows (one per sample of the batch); {expected}"
+    if shape[1:] != spec.shape or value.ndim != len(spec.shape) + 1:
+        return None, f"{where} has shape {shape}; {expected}"
+    kind, want_kind = value.dtype.kind, spec.np_dtype.kind
+    if not (kind == want_kind or (want_kind == "i" and kind == "u")):
+        return None, f"{where} has dtype {value.dtype}; {expected}; return the intended values as {spec.dtype}"
+    try:
+        return _converted(value, spec.np_dtype, where), ""
+    except SpecError as exc:
+        return None, str(exc)
+
+
+def checked_outputs(
+    data: dict[str, np.ndarray], specs: Sequence[FieldSpec], rows: int | None, *, task: str, group: str, source: str
+) -> dict[str, np.ndarray]:
+    """Check what an algorithm predicted (its actions or states) against the model's ``specs``: each field
+    present, with the spec's per-row shape, ``rows`` rows (unless None) and the spec's dtype.
+
+    A field of another dtype of the same kind is converted (int32 to int64, float64 to float32, refusing
+    values out of range); anything else raises ``ValueError`` naming ``source``, the field and what was
+    expected: not a :class:`SpecError`, which tells an agent that its own data was at fault, so the agent
+    whose request it served sees a ``TaskError``. Fields without a spec pass through. The common case costs
+    a few comparisons per field, whatever the number of rows, and returns ``data`` itself (no copy)::
+
+        actions = checked_outputs({"action": np.zeros(8, np.int64)}, action_specs, 8,
+                                  task="RL", group="actions", source="DQN.predict")
+    """
+    out = data
+    for spec in specs:
+        arr = data.get(spec.name)
+        if type(arr) is np.ndarray:
+            dt = arr.dtype
+            shape = arr.shape
+            if (
+                (dt is spec._np_dtype or dt == spec._np_dtype)
+                and shape[1:] == spec.shape
+                and len(shape) == len(spec.shape) + 1
+                and (rows is None or shape[0] == rows)
+            ):
+                continue
+        fixed, problem = _checked_output(arr, spec, rows, task=task, group=group, source=source)
+        if fixed is None:
+            raise ValueError(problem)
+        if out is data:
+            out = dict(data)
+        out[spec.name] = fixed
+    return out
 
 
 def zeros_for(specs: Sequence[FieldSpec], batch_size: int) -> dict[str, np.ndarray]:

@@ -568,6 +568,11 @@ class AgentHelper:
     def close(self) -> None:
         """Release what the helper holds (threads); called when its agent is closed."""
 
+    def lingering_threads(self) -> list[str]:
+        """The names of this helper's threads still running (after :meth:`close`: those it could not end in
+        time, which a run's stop reports as leaked); none here."""
+        return []
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of this helper between episodes (nothing here; replay helpers keep buffers)."""
         return {}

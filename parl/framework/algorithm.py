@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
@@ -80,6 +81,7 @@ class Algorithm:
         # Set before any model is built: warm_up and create_model may run subclass code.
         self.optimizer: Optimizer | None = None
         self._reference_models: dict[str, Model] = {}
+        self._created: list[weakref.ref[Model]] = []  # what the model factory returned, to refuse a repeat
         self._staging = TensorStaging()
         if isinstance(model, Model):
             self._model_func: ModelFactory | None = None
@@ -105,8 +107,25 @@ class Algorithm:
         model = self._model_func()
         if not isinstance(model, Model):
             raise TypeError(f"the model factory must return a parl.Model, got {type(model).__name__}")
+        self._check_new(model)
         self._ensure_built(model)
+        self._created.append(weakref.ref(model))
         return model
+
+    def _check_new(self, model: Model) -> None:
+        """Refuse a model the factory returned before: a reference model that is the online model (a DQN
+        target) would freeze the online parameters and learning would silently change nothing."""
+        # Earlier results still alive (a dead one cannot come back), this model and the reference models.
+        self._created = [r for r in self._created if r() is not None]
+        earlier = [r() for r in self._created]
+        earlier += [getattr(self, "model", None), *self._reference_models.values()]
+        if any(m is model for m in earlier):
+            raise TypeError(
+                f"the model factory of {type(self).__name__} must build a new model on each call; it returned the "
+                f"same object ({type(model).__name__} at {id(model):#x}) as an earlier call, so a reference model "
+                "(e.g. a target network) would be this algorithm's own model; pass a factory that builds one, "
+                "such as lambda: MyModel(...)"
+            )
 
     def create_reference_model(self, name: str) -> Model:
         """A fresh model under ``name`` (e.g. ``"target"``), initialised as a copy of ``self.model``.

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import paddle
 
-from parl.data.specs import FieldSpec, SpecError, check_fields, zeros_for
+from parl.data.specs import FieldSpec, SpecError, check_fields, checked_outputs, zeros_for
 from parl.framework.algorithm import Algorithm
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.utils.atomic import atomic_write
@@ -87,6 +87,8 @@ class ComputationTask:
         self._field_slot = f"p.in/{self.input_specs[0].name}" if len(self.input_specs) == 1 else ""
         self._action_names = frozenset(s.name for s in self.action_specs)
         self._extra_names = frozenset(s.name for s in self.extra_predict_specs)
+        # How errors in the algorithm's predictions name their source.
+        self._predict_source = f"{type(self.algorithm).__name__}.predict"
         self._update_listeners: list[Callable[[], None]] = []
 
     def add_update_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -150,12 +152,16 @@ class ComputationTask:
             inputs = check_fields(inputs, self.input_specs, task=self.name, group="inputs")
             batch = next(iter(inputs.values())).shape[0] if inputs else None
             states = check_fields(states, self.state_specs, task=self.name, group="states", batch_size=batch)
+        rows = len(next(iter(inputs.values()))) if inputs else None
         model = self.algorithm.model
         with paddle.no_grad(), model.param_lock:
             staging = self._staging
             out = self.algorithm.predict(staging.tensors("p.in", inputs), staging.tensors("p.st", states), explore)
-        actions = self._actions_of(out.actions)
-        return Prediction(actions=actions, states=_to_numpy(out.states), extras=self._extras_of(out.extras))
+        return Prediction(
+            actions=self._actions_of(out.actions, rows),
+            states=self._states_of(out.states, rows),
+            extras=self._extras_of(out.extras),
+        )
 
     def predict_field(self, batch: np.ndarray, explore: bool = True) -> Prediction:
         """:meth:`predict` of a task with one input field and no recurrent states, given that field's
@@ -182,14 +188,19 @@ class ComputationTask:
         finally:
             _set_has_grad(grad)
         return Prediction(
-            actions=self._actions_of(out.actions),
+            actions=self._actions_of(out.actions, batch.shape[0]),
             states=_to_numpy(out.states) if out.states else {},
             extras=self._extras_of(out.extras),
         )
 
-    def _actions_of(self, actions: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def _actions_of(self, actions: Mapping[str, Any], rows: int | None) -> dict[str, np.ndarray]:
         """The algorithm's predicted actions as numpy, with every action field of the model's specs (an
-        agent reads its action by that name: a missing one is the algorithm's mistake, said here)."""
+        agent reads its action by that name: a missing one is the algorithm's mistake, said here), each
+        of its spec's dtype and per-row shape, with ``rows`` rows.
+
+        Both ``predict`` and ``predict_field`` (the wrapper's batched ``predict_rows``) end here; the check
+        costs a few comparisons per action field, whatever the number of rows (a conversion within the
+        dtype kind, e.g. int32 to int64, copies that field)."""
         out = _to_numpy(actions)
         if not out.keys() >= self._action_names:
             raise SpecError(
@@ -197,7 +208,17 @@ class ComputationTask:
                 f"action specs are {[s.name for s in self.action_specs]}; missing "
                 f"{sorted(self._action_names - out.keys())}"
             )
-        return out
+        return checked_outputs(
+            out, self.action_specs, rows, task=self.name, group="actions", source=self._predict_source
+        )
+
+    def _states_of(self, states: Mapping[str, Any], rows: int | None) -> dict[str, np.ndarray]:
+        """The algorithm's next recurrent states as numpy, checked against the model's state specs like
+        actions (:meth:`_actions_of`); a model without state specs passes them through."""
+        out = _to_numpy(states)
+        if not self.state_specs:
+            return out
+        return checked_outputs(out, self.state_specs, rows, task=self.name, group="states", source=self._predict_source)
 
     def _extras_of(self, extras: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """The predicted extras as numpy, with every field the algorithm declares (``extra_predict_specs``):

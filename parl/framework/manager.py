@@ -107,10 +107,14 @@ class ManagerConfig:
     """Ray runtime: the cluster to join when Ray is not initialized yet (None: start a local instance)."""
     ray_cpus_per_worker: float = 1.0
     """Ray runtime: CPUs each actor reserves in Ray's scheduler."""
+    ray_learner_host: str | None = None
+    """Ray runtime: the address the actors connect back to (None: loopback while the Ray cluster is this
+    node alone and no ``ray_address`` is given, else this node's IP as Ray reports it). Set it on a
+    cluster that starts with the head node alone and grows."""
     max_episodes: int | None = None
     """Stop after this many episodes in total."""
     max_steps: int | None = None
-    """Stop after this many env steps in total (checked when episodes end)."""
+    """Stop after this many env steps in total (counted live: no agent takes a step past it)."""
     max_seconds: float | None = None
     """Stop after this much wall time."""
     restart_failed_agents: bool = False
@@ -139,6 +143,22 @@ class ManagerConfig:
     def __post_init__(self) -> None:
         if self.num_agents < 1:
             raise ValueError(f"ManagerConfig.num_agents must be >= 1, got {self.num_agents}")
+        for name in ("max_episodes", "max_steps"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"ManagerConfig.{name} must be None (no budget) or an int >= 1, got {value!r}")
+        positive: dict[str, bool] = {"max_seconds": True, "poll_s": False, "stop_timeout_s": False}
+        for name, optional in positive.items():
+            value = getattr(self, name)
+            if optional and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                what = "None (no budget) or a number > 0" if optional else "a number > 0"
+                raise ValueError(f"ManagerConfig.{name} must be {what}, got {value!r}")
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise ValueError(f"ManagerConfig.max_restarts must be an int >= 0, got {self.max_restarts!r}")
+        if self.num_workers < 1:
+            raise ValueError(f"ManagerConfig.num_workers must be >= 1, got {self.num_workers}")
         try:
             self.runtime = Runtime(self.runtime)
         except ValueError:
@@ -153,6 +173,10 @@ class ManagerConfig:
             raise ValueError(
                 f"ManagerConfig.episode_history must be None (keep all) or >= 1, got {self.episode_history}"
             )
+
+
+CLOSE_AGENTS_MIN_S = 0.5
+"""How long a stop waits for the agents' envs to close when its own deadline has passed already."""
 
 
 @dataclass
@@ -189,7 +213,9 @@ class RunReport:
         return float(sum(self.all_returns))
 
     def mean_return(self, last: int | None = None) -> float:
-        """Mean return over all episodes, or over each agent's ``last`` episodes."""
+        """Mean return over all episodes, or over each agent's ``last`` episodes (nan with no episode)."""
+        if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 1):
+            raise ValueError(f"mean_return(last=...) takes None (every episode) or an int >= 1, got {last!r}")
         rs = self.all_returns if last is None else [r for v in self.returns.values() for r in v[-last:]]
         return float(np.mean(rs)) if rs else float("nan")
 
@@ -273,9 +299,8 @@ class Manager:
         if self.config.runtime == Runtime.RAY:
             from parl.runtimes.ray_runtime import RayRuntime  # Ray is optional: imported only when used
 
-            return RayRuntime(  # type: ignore[return-value]
-                self.config.num_workers, self.config.ray_address, self.config.ray_cpus_per_worker
-            )
+            c = self.config
+            return RayRuntime(c.num_workers, c.ray_address, c.ray_cpus_per_worker, c.ray_learner_host)  # type: ignore[return-value]
         return CoroutineRuntime(self.config.num_threads)
 
     def _build_agent(self, agent_id: int, runtime: AgentRuntime) -> Agent:
@@ -449,6 +474,16 @@ class Manager:
             leaked_threads=leaked,
         )
 
+    def _close_agents(self, closing: list[int]) -> None:
+        """Close every agent of the run (its env and helpers), appending each agent's id to ``closing`` first."""
+        for slot in self.slots:
+            if slot.agent is not None:
+                closing.append(slot.agent_id)
+                try:
+                    slot.agent.close()
+                except Exception:  # noqa: BLE001 - closing a broken env must not hide the run's outcome
+                    logger.debug("closing agent %d failed", slot.agent_id, exc_info=True)
+
     def stop(self) -> list[str]:
         """Stop agents and wrappers within ``stop_timeout_s``; return the names of threads still running.
 
@@ -479,12 +514,19 @@ class Manager:
             # Closing the agents' envs below may fail an agent still inside one (a leaked thread): that
             # failure is the teardown's, recorded but not the run's.
             self.control.closing = True
+        # On a thread of its own, joined until the deadline: an env whose close waits for a step still in
+        # progress (a leaked agent's, or one whose simulator hung) must not hold up the stop.
+        closing: list[int] = []
+        closer = threading.Thread(target=self._close_agents, args=(closing,), name="parl-close-agents", daemon=True)
+        closer.start()
+        closer.join(max(CLOSE_AGENTS_MIN_S, deadline - time.monotonic()))
+        if closer.is_alive():
+            runtime_leaked.append(f"parl-close-agents (closing agent {closing[-1] if closing else '?'})")
+        # Helpers' own threads (a replay helper's learner) still inside a call, or not closed yet.
         for slot in self.slots:
             if slot.agent is not None:
-                try:
-                    slot.agent.close()
-                except Exception:  # noqa: BLE001 - closing a broken env must not hide the run's outcome
-                    logger.debug("closing agent %d failed", slot.agent_id, exc_info=True)
+                for helper in list(slot.agent.helpers.values()):
+                    runtime_leaked += helper.lingering_threads()
         if runtime_leaked:
             logger.warning("threads still running after stop (blocked in an env?): %s", runtime_leaked)
         self.leaked_threads = leaked + runtime_leaked

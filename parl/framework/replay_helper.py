@@ -50,7 +50,7 @@ class ExpReplayConfig:
     batch_size: int = 32
     """Transitions this agent sends per learning request."""
     learning_starts: int = 500
-    """Transitions stored before the first learning request."""
+    """Transitions stored before the first learning request (counted over the run; it may exceed ``capacity``)."""
     learn_every: int = 4
     """With LearnTrigger.STORE_DATA, send a request every this many stored transitions."""
     learn_trigger: LearnTrigger = LearnTrigger.STORE_DATA
@@ -460,16 +460,23 @@ class ExpReplayHelper(AgentHelper):
             self._since_learn = int(state["since_learn"])
 
     def close(self) -> None:
-        """Stop the learner thread (LearnTrigger.THREAD), waiting at most 2 s."""
+        """Stop the learner thread (LearnTrigger.THREAD), waiting at most 2 s (a learning call in progress
+        ends first; the thread is then among :meth:`lingering_threads`)."""
         self._learner_stop.set()
         if self._learner is not None:
             self._learner.join(2.0)
+
+    def lingering_threads(self) -> list[str]:
+        learner = self._learner
+        return [learner.name] if learner is not None and learner.is_alive() else []
 
     def learn(self) -> LearnResult | None:
         return self._learn_via(self.comm)
 
     def _learn_via(self, comm: Communicator) -> LearnResult | None:
-        if len(self.buffer) < max(1, self.config.learning_starts):
+        # learning_starts counts the transitions ever stored (a restored buffer's count included), not the
+        # rows kept: those never exceed the capacity, which learning_starts may.
+        if self.buffer.added < self.config.learning_starts or len(self.buffer) == 0:
             return None
         with self._lock:
             self._since_learn = 0

@@ -172,15 +172,19 @@ class RunControl:
         """Count ``n`` fault events of ``kind`` (a :class:`FaultStats` field name)."""
         self.faults.add(kind, n)
 
-    def grant_restart(self) -> bool:
+    def grant_restart(self, stop_requested: bool | None = None) -> bool:
         """Count one restart if the run allows another (restarts on, ``max_restarts`` not reached, no stop
         requested); False otherwise. The one place the run's restart budget is checked and spent: agents
-        here, and a process runtime's workers, whose failures and deaths its link threads report."""
-        with self._lock:
-            return self._grant_restart_locked()
+        here, and a process runtime's workers, whose failures and deaths its link threads report.
 
-    def _grant_restart_locked(self) -> bool:
-        if self.restart_failed_agents and self.restarts < self.max_restarts and not self.stop_requested:
+        ``stop_requested``: whether the stop was requested as of the event judged (a worker's death,
+        noticed before the learner could judge it); None: as of now."""
+        with self._lock:
+            return self._grant_restart_locked(stop_requested)
+
+    def _grant_restart_locked(self, stop_requested: bool | None = None) -> bool:
+        stopped = self.stop_requested if stop_requested is None else stop_requested
+        if self.restart_failed_agents and self.restarts < self.max_restarts and not stopped:
             self.restarts += 1
             return True
         return False
@@ -311,16 +315,17 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
                 control.agent_failed(slot.agent_id, rebuild_exc, traceback.format_exc(), restartable=False)
                 return
         except BaseException as exc:
-            if type(exc).__name__ == "GreenletExit" or (
+            if (type(exc).__name__ == "GreenletExit" and control.stop_requested) or (
                 isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()
             ):
-                # greenlet ending an abandoned agent, or Ctrl-C (a signal reaches only a main thread: a
-                # worker process's hub runs its agents there): not this agent's failure.
+                # greenlet ending an agent abandoned by a stopping run, or Ctrl-C (a signal reaches only a
+                # main thread: a worker process's hub runs its agents there): not this agent's failure.
                 raise
-            # SystemExit (a library calling sys.exit()), or a KeyboardInterrupt that the agent's own code
-            # raised (no signal reaches an agent's thread or a hub's): this agent's failure, never
-            # restarted, on every runtime (a thread would otherwise end silently and a hub report it as
-            # its own fault).
+            # SystemExit (a library calling sys.exit()), a KeyboardInterrupt that the agent's own code
+            # raised (no signal reaches an agent's thread or a hub's), or a GreenletExit while the run goes
+            # on (the agent's own code, or a library's, raised it): this agent's failure, never restarted,
+            # on every runtime (a thread would otherwise end silently, a greenlet end as if it returned,
+            # and a hub report it as its own fault).
             _name_the_task(exc)
             control.agent_failed(slot.agent_id, exc, traceback.format_exc(), restartable=False)
             return

@@ -12,6 +12,14 @@ goodbye, the learner reads back the records its messages never brought::
     writer.write(agent_id=3, episode_return=9.0, steps=9)
     ledger.unreported(reported=0)                           # ([(3, 9.0, 9)], 0)
     writer.close(); ledger.close()                          # the creator's close frees the block
+
+A Ray actor may run on another machine, so it creates its ledger itself, on its own node, under a name
+the learner chose, and outside Python's resource tracker (which would free it when the actor dies).
+An actor that ends normally frees it; after an actor's death a task on its node reads it and frees
+it (:meth:`EpisodeLedger.take`)::
+
+    EpisodeLedger(1024, name="parl-ledger-1a2b3c4d-0-0", create=True, track=False)  # the actor
+    EpisodeLedger.take("parl-ledger-1a2b3c4d-0-0", 1024, reported=0)          # a task on its node
 """
 
 from __future__ import annotations
@@ -36,12 +44,17 @@ class EpisodeLedger:
     two never race on a record. Records are float64: agent ids and step counts are exact up to 2**53.
     """
 
-    def __init__(self, capacity: int = LEDGER_CAPACITY, name: str | None = None) -> None:
+    def __init__(
+        self, capacity: int = LEDGER_CAPACITY, name: str | None = None, create: bool | None = None, track: bool = True
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"an episode ledger needs a capacity of at least 1 record, got {capacity}")
         self.capacity = capacity
         self._block = SharedBlock(
-            [("written", (1,), np.dtype(np.int64)), ("records", (capacity * 3,), np.dtype(np.float64))], name
+            [("written", (1,), np.dtype(np.int64)), ("records", (capacity * 3,), np.dtype(np.float64))],
+            name,
+            create,
+            track,
         )
         # memoryviews (format "q" and "d"): a store through one costs about 0.6 of a numpy item assignment.
         self._written: memoryview = self._block.views["written"].data
@@ -82,6 +95,21 @@ class EpisodeLedger:
                 i = (k % self.capacity) * 3
                 out.append((int(rec[i]), float(rec[i + 1]), int(rec[i + 2])))
             return out, max(0, first - reported)
+
+    @staticmethod
+    def take(name: str, capacity: int, reported: int | None) -> tuple[list[tuple[int, float, int]], int] | None:
+        """Read an untracked ledger whose writer has ended, then free it: :meth:`unreported` after
+        ``reported`` records (nothing read when ``reported`` is None, a count that cannot be trusted).
+        None when no ledger of that name exists (its writer died before it made one, or it was freed)."""
+        try:
+            ledger = EpisodeLedger(capacity, name, create=False, track=False)
+        except FileNotFoundError:
+            return None
+        try:
+            return ([], 0) if reported is None else ledger.unreported(reported)
+        finally:
+            ledger._block.unlink()
+            ledger.close()
 
     def close(self) -> None:
         """Release the views and the block (the creator also frees its name); closing twice is harmless."""

@@ -24,8 +24,8 @@ class FaultConfig:
     """How a run treats faulty environments.
 
     With the defaults an env that raises fails its agent, exactly as without
-    any guard. Setting ``max_consecutive_faults`` or ``step_timeout_s`` puts
-    every env behind a :class:`parl.envs.GuardedEnv`.
+    any guard. Setting ``max_consecutive_faults``, ``step_timeout_s`` or
+    ``reset_timeout_s`` puts every env behind a :class:`parl.envs.GuardedEnv`.
     """
 
     max_consecutive_faults: int = 0
@@ -35,7 +35,8 @@ class FaultConfig:
     """Deadline of one ``env.step``; a step past it is a hang. Setting it hosts each env in its own
     small process, so a hung env can be killed and replaced from any thread. None: no deadline."""
     reset_timeout_s: float | None = None
-    """Deadline of ``env.reset`` and of building the env (None: ``step_timeout_s``)."""
+    """Deadline of ``env.reset`` and of building the env (None: ``step_timeout_s``). Set alone, it hosts
+    each env in its own process as ``step_timeout_s`` does, and steps have no deadline."""
     start_method: str = "fork"
     """How env host processes start (``fork``; ``spawn`` needs a picklable ``make_env``)."""
 
@@ -50,7 +51,7 @@ class FaultConfig:
     @property
     def enabled(self) -> bool:
         """Whether envs need a guard at all."""
-        return self.max_consecutive_faults > 0 or self.step_timeout_s is not None
+        return self.max_consecutive_faults > 0 or self.isolated
 
     @property
     def isolated(self) -> bool:

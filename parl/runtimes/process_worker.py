@@ -187,13 +187,13 @@ class RemoteWrapper:
         if self.replica is not None:
             return self._predict_here(self.replica, inputs, states, rows, explore, requests)
         try:
-            if self.request is None:
+            if self.request is None or rows > self.request.capacity:
+                # No shared buffers (Ray), or a round of more rows than they hold (one row per agent of this
+                # worker; agents may ask for several samples at once): the arrays go in the message.
                 self.msg.flush_due()
                 data = pickle.dumps((self.index, rows, requests, explore, inputs, states), pickle.HIGHEST_PROTOCOL)
                 self.pred_conn.send_bytes(TAG_INLINE + data)
             else:
-                if rows > self.request.capacity:
-                    raise ValueError(f"{rows} samples exceed the shared buffer of {self.request.capacity}")
                 self.request.write({f"in.{k}": v for k, v in inputs.items()}, rows)
                 self.request.write({f"st.{k}": v for k, v in states.items()}, rows)
                 self.msg.flush_due()  # the episodes that ended meanwhile, every EPISODE_REPORT_S
@@ -284,15 +284,19 @@ class WorkerMessenger:
     would cost the learner a wake-up each round), when the worker's hub idles, and before any other
     message (so the learner sees every report in the order the worker made it).
 
-    With a ``ledger`` (the process runtime's workers) every report is also written into it, and at
-    most ``ledger.capacity`` reports wait unsent: a worker killed between two flushes leaves the
-    learner the episodes it finished meanwhile (:class:`~parl.runtimes.episode_ledger.EpisodeLedger`).
+    With a ``ledger`` every report is also written into it, and at most ``ledger.capacity`` reports
+    wait unsent: a worker killed between two flushes leaves the learner the episodes it finished
+    meanwhile (:class:`~parl.runtimes.episode_ledger.EpisodeLedger`).
     """
 
-    def __init__(self, conn: mpc.Connection, stop_event: Any, ledger: EpisodeLedger | None = None) -> None:
+    def __init__(
+        self, conn: mpc.Connection, stop_event: Any, ledger: EpisodeLedger | None = None, report_s: float | None = None
+    ) -> None:
         self.conn = conn
         self.stop_event = stop_event
         self.ledger = ledger
+        self.report_s = EPISODE_REPORT_S if report_s is None else report_s
+        """Seconds between two reports (the learner's ``EPISODE_REPORT_S``, which a Ray actor is given)."""
         self._lock = threading.Lock()
         self._episodes: list[tuple[int, float, int]] = []
         self._predictions: list[tuple[int, int, int]] = []
@@ -318,7 +322,7 @@ class WorkerMessenger:
                         self._episodes.clear()
                 ledger.write(agent_id, episode_return, steps)
             self._episodes.append((agent_id, episode_return, steps))
-            if time.monotonic() - self._last_report >= EPISODE_REPORT_S:
+            if time.monotonic() - self._last_report >= self.report_s:
                 try:
                     self._flush_locked()
                 except (EOFError, OSError):
@@ -337,7 +341,7 @@ class WorkerMessenger:
 
     def flush_due(self) -> None:
         """:meth:`flush` if ``EPISODE_REPORT_S`` passed since the last report (called every round)."""
-        if (self._episodes or self._predictions) and time.monotonic() - self._last_report >= EPISODE_REPORT_S:
+        if (self._episodes or self._predictions) and time.monotonic() - self._last_report >= self.report_s:
             self.flush()
 
     def _flush_locked(self) -> None:
@@ -439,15 +443,23 @@ class Worker:
         helper_states: AgentHelperStates | None = None,
         replicas: Sequence[ReplicaSource | None] | None = None,
         ledger: str | None = None,
+        create_ledger: bool = False,
+        report_s: float | None = None,
     ) -> None:
         self.worker, self.agent_ids, self.spec = worker, agent_ids, spec
         # Loaded into each agent's helpers when it is first built (popped: an agent rebuilt after
         # its own failure starts with fresh helpers, as in every runtime).
         self.pending_states: AgentHelperStates = dict(helper_states or {})
         self.pred_conn, self.msg_conn, self.stop_event = pred_conn, msg_conn, stop_event
-        # The learner's episode ledger for this launch (None on Ray, whose actors may run on other machines).
-        self.ledger = EpisodeLedger(LEDGER_CAPACITY, ledger) if ledger is not None else None
-        self.messenger = WorkerMessenger(msg_conn, stop_event, self.ledger)
+        # This launch's episode ledger: the learner's (a worker process attaches to it), or made here under
+        # the learner's name for it (a Ray actor, on its own node; outside the resource tracker, so that
+        # it outlives this process if it dies: see EpisodeLedger.take).
+        self.ledger = (
+            EpisodeLedger(LEDGER_CAPACITY, ledger, create=create_ledger, track=not create_ledger)
+            if ledger is not None
+            else None
+        )
+        self.messenger = WorkerMessenger(msg_conn, stop_event, self.ledger, report_s)
         built = build_replicas(replicas, worker, spec.seed) if replicas and any(replicas) else [None] * len(spec.tasks)
         self.wrappers = [
             RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger, built[i])
@@ -478,6 +490,8 @@ class Worker:
                 helpers[name].set_state_dict(state)
         env = guard_env(self.spec.make_env, agent_id, self.spec.faults, self.control.record_fault)
         agent = self.spec.agent_factory(agent_id, env, helpers)
+        if not isinstance(agent, Agent):  # as Manager._build_agent says it in the learner's runtimes
+            raise TypeError(f"the agent factory must return a parl.Agent, got {type(agent).__name__}")
         if agent.seed is None:
             agent.seed = self.spec.seed + agent_id
         return agent
@@ -563,6 +577,10 @@ class Worker:
             # No prediction comes after this: the learner's prediction thread ends at once (a Ray
             # actor's process, and so its connection, outlives its run).
             self.pred_conn.close()
+            if self.ledger is not None:
+                # Every episode was reported with the final states above. Closed before the goodbye: a Ray
+                # actor frees the ledger it made, and the learner kills the actor once it has the goodbye.
+                self.ledger.close()
             self.report(("exited", self.worker))
             for w in self.wrappers:
                 if w.request is not None and w.reply is not None:
@@ -570,8 +588,6 @@ class Worker:
                     w.reply.close()
                 if w.replica is not None:
                     w.replica.close()
-            if self.ledger is not None:
-                self.ledger.close()
 
 
 def worker_main(

@@ -175,7 +175,7 @@ class WorkerLink:
         self._reap_lock = threading.Lock()
         self.buffers: list[tuple[SharedArrays, SharedArrays]] = []
         self.ledger: EpisodeLedger | None = None
-        """This launch's episode ledger (see :meth:`_unreported_episodes`); None on Ray."""
+        """This launch's episode ledger (see :meth:`_unreported_episodes`); a Ray actor makes its own."""
         self.reported: int | None = 0
         """Episode reports received from this launch of the worker (None: unknown, a message was lost)."""
         self._extra_names: dict[int, frozenset[str]] = {}  # per task index: what a reply carries of the extras
@@ -191,9 +191,10 @@ class WorkerLink:
         self._start_lock = threading.RLock()
         self._shared_lock = threading.Lock()  # see free_shared
 
-    def start(self) -> bool:
-        """Start (or restart) the worker and the thread that serves it; False (nothing started) once the
-        runtime stops."""
+    def start(self, serve: bool = True) -> bool:
+        """Start (or restart) the worker and the threads that serve it; False (nothing started) once the
+        runtime stops. ``serve=False`` starts the worker only: :meth:`serve` starts the threads (a run's
+        first start forks every worker before any thread of the learner's links runs)."""
         with self._start_lock:
             if self.runtime.stopping:
                 return False
@@ -211,6 +212,13 @@ class WorkerLink:
             # A launch the run's stop overtook: stop() may have given up waiting for it and freed its shared
             # memory (or the replicas' parameters) before the fork, so its worker may fail to attach.
             self.late = self.runtime.stopping
+            if serve:
+                self.serve()
+            return True
+
+    def serve(self) -> None:
+        """Start the threads that serve the started worker: its predictions, and its other messages."""
+        with self._start_lock:
             with self._replies_lock:
                 self.ready = True
             # Predictions have a thread of their own that blocks in one read per round: waiting on
@@ -228,7 +236,6 @@ class WorkerLink:
                 # The run stopped while this worker started, and stop() gave up waiting for it.
                 logger.warning("worker %d came up after the run stopped; stopping it", self.index)
                 self.close(LATE_START_CLOSE_S)
-            return True
 
     def wait_for_start(self, timeout: float) -> bool:
         """Wait until no (re)start of the worker is in progress; False if one still is after ``timeout``."""
@@ -378,6 +385,9 @@ class WorkerLink:
         except (EOFError, OSError):
             pass
         finally:
+            # The worker's end is judged as of now, when it was noticed: what follows may take seconds (a
+            # slow forward for its prediction thread to finish), in which the run may begin to stop.
+            at_end = (self.runtime.stopping, self.control.stop_requested)
             recovered: list[tuple[int, float, int]] = []
             try:
                 # Read at once: close() frees the ledger shortly after the worker ends.
@@ -387,7 +397,7 @@ class WorkerLink:
                     # request it was serving (a restart replaces the buffers that request used).
                     pred_thread.join(PREDICT_THREAD_JOIN_S)
             finally:
-                self._on_exit(recovered)
+                self._on_exit(recovered, *at_end)
 
     def _serve_predictions(self, conn: mpc.Connection, buffers: list[tuple[SharedArrays, SharedArrays]]) -> None:
         """Answer the worker's prediction requests, one per round, until its connection ends."""
@@ -478,9 +488,13 @@ class WorkerLink:
             self.said_goodbye = True
             self.exited = True
 
-    def _on_exit(self, recovered: Sequence[tuple[int, float, int]] = ()) -> None:
+    def _on_exit(
+        self, recovered: Sequence[tuple[int, float, int]] = (), stopping: bool = False, stop_requested: bool = False
+    ) -> None:
         """The worker ended: fail what waits for it, then count ``recovered`` (the finished episodes it
-        never reported) and, if it ended without its goodbye, restart it or fail the run.
+        never reported) and, if it ended without its goodbye, restart it or fail the run, as of when its
+        end was noticed (``stopping``: the runtime was stopping its workers then; ``stop_requested``: the
+        run's stop was requested then).
 
         ``exited`` turns True only once no restart follows: until then the runtime still counts this
         worker as alive, so a run with one worker does not end while it restarts."""
@@ -495,8 +509,8 @@ class WorkerLink:
             code = self._exit_code()
             # A worker says goodbye at the end of its run, whatever ended it: one that ends without it
             # (killed, crashed, or os._exit(0) in an env) lost its agents, even with exit code 0.
-            if not self.said_goodbye and not self.runtime.stopping:
-                restarted = self.runtime.worker_died(self, code if code is not None else -1, recovered)
+            if not self.said_goodbye and not stopping:
+                restarted = self.runtime.worker_died(self, code if code is not None else -1, recovered, stop_requested)
             else:
                 self.count_recovered(recovered)
         finally:
@@ -506,22 +520,34 @@ class WorkerLink:
     def _unreported_episodes(self) -> list[tuple[int, float, int]]:
         """The episodes a worker that ended without its goodbye finished but never reported (the last
         ``EPISODE_REPORT_S`` of its run), from its ledger: call once every message it sent was read."""
-        if self.ledger is None:
+        reported = self.reported
+        read = self._read_ledger(reported)
+        if read is None:
             return []
-        if self.reported is None:
+        if reported is None:
             logger.warning(
                 "%s: a message of it was lost, so its episode ledger cannot tell what is unreported", self.describe()
             )
             return []
-        try:
-            records, overwritten = self.ledger.unreported(self.reported)
-        except RuntimeError:
-            logger.warning("%s: its episode ledger was freed before it could be read", self.describe())
-            return []
+        records, overwritten = read
         if overwritten:  # a worker keeps at most the ledger's capacity unsent: this is a bug if seen
             logger.error("%s: %d episode reports were overwritten in its ledger", self.describe(), overwritten)
-        self.reported += len(records)
+        self.reported = reported + len(records)
         return [r for r in records if r[0] in self.agent_ids]
+
+    def _read_ledger(self, reported: int | None) -> tuple[list[tuple[int, float, int]], int] | None:
+        """This launch's ledger records after the first ``reported`` and how many of them were overwritten
+        (:meth:`EpisodeLedger.unreported`; nothing read when ``reported`` is None); None without a
+        ledger to read."""
+        if self.ledger is None:
+            return None
+        if reported is None:
+            return [], 0
+        try:
+            return self.ledger.unreported(reported)
+        except RuntimeError:
+            logger.warning("%s: its episode ledger was freed before it could be read", self.describe())
+            return None
 
     def count_recovered(self, recovered: Sequence[tuple[int, float, int]]) -> None:
         """Count the finished episodes read from the ledger of a worker that ended without reporting them."""
@@ -559,7 +585,9 @@ class WorkerLink:
                     ended = False
         for thread in (self.thread, self.pred_thread):
             if thread is not None:
-                thread.join(0.5)
+                # Until the deadline: a worker that died before the stop is judged (and counted in the run's
+                # report) by this thread once the prediction it was served ends.
+                thread.join(max(0.5, deadline - time.monotonic()))
         self.free_shared()
         for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
             if conn is not None:
@@ -682,8 +710,12 @@ class ProcessRuntime:
         for w in range(workers):
             ids = [a for a in range(num_agents) if a % workers == w]
             self.links.append(self._new_link(w, ids, control))
+        # Every worker is forked before any thread of the links starts: a fork copies only the forking
+        # thread, and a lock another thread held at that moment would stay locked in the worker.
         for link in self.links:
-            link.start()
+            link.start(serve=False)
+        for link in self.links:
+            link.serve()
         if not control.restart_failed_agents:
             with self._lock:
                 self.helper_states = {}  # every worker has its share; none will restart
@@ -766,18 +798,26 @@ class ProcessRuntime:
         else:
             c.agent_failed(agent_id, error, tb, restartable=False)  # (the restart was refused above)
 
-    def worker_died(self, link: WorkerLink, exitcode: int, recovered: Sequence[tuple[int, float, int]] = ()) -> bool:
+    def worker_died(
+        self,
+        link: WorkerLink,
+        exitcode: int,
+        recovered: Sequence[tuple[int, float, int]] = (),
+        stop_requested: bool | None = None,
+    ) -> bool:
         """A worker ended abnormally: restart it (with its agents) or fail the run; True if it restarted.
 
-        ``recovered`` (the finished episodes it never reported) are counted after the decision, so
-        that the episodes which complete the run's budget do not turn its restart into a failure, and
-        before the restart, so that they come before the new worker's episodes."""
+        The decision is taken as of the worker's death (``stop_requested``: whether the run's stop was
+        requested when it was noticed; None: now). ``recovered`` (the finished episodes it never
+        reported) are counted after the decision, so that the episodes which complete the run's budget
+        do not turn its restart into a failure, and before the restart, so that they come before the
+        new worker's episodes. A restart granted once the runtime stops its workers starts nothing."""
         assert self.control is not None
         c = self.control
         error = RuntimeError(f"{link.describe()} (agents {link.agent_ids}) died with exit code {exitcode}")
         c.record_fault("workers_lost")
         c.record_fault("episodes_lost", len(link.agent_ids))
-        restart = not self.stopping and c.grant_restart()
+        restart = c.grant_restart(stop_requested)
         link.count_recovered(recovered)
         if not restart:
             c.agent_failed(link.agent_ids[0], error, f"{link.describe()}: exit code {exitcode}\n", restartable=False)

@@ -22,6 +22,10 @@ connections; the link notices at once, counts the lost worker and its
 episodes in flight, and starts a new actor for the same agents when
 ``restart_failed_agents`` is set.
 
+Each actor keeps an episode ledger on its own node, as a worker process does in the learner's shared
+memory: when an actor dies, a task on its node reads back the episodes it finished but had not
+reported yet, and frees the ledger (:class:`~parl.runtimes.episode_ledger.EpisodeLedger`).
+
 Helper states (replay buffers) travel like in the process runtime: a
 checkpoint asks each actor on its message connection, the actor answers at a
 safe point of its hub loop and reports its final states when it stops; a new
@@ -39,8 +43,8 @@ and only when a run uses it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
 import secrets
@@ -49,7 +53,9 @@ import threading
 import time
 from typing import Any
 
+from parl.runtimes import process_worker
 from parl.runtimes.control import RunControl
+from parl.runtimes.episode_ledger import LEDGER_CAPACITY, EpisodeLedger
 from parl.runtimes.process_protocol import AgentHelperStates, RemoteAgentSpec
 from parl.runtimes.process_worker import Worker
 from parl.runtimes.processes import ProcessRuntime, WorkerLink
@@ -60,6 +66,18 @@ logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 120.0
 """How long the learner waits for a new actor to connect (Ray may need to start a worker process)."""
+
+HANDSHAKE_TIMEOUT_S = 10.0
+"""How long a connection to the learner may take to authenticate and say hello before it is dropped."""
+
+ACCEPT_POLL_S = 0.2
+"""How often the learner's accept loop looks whether it should stop."""
+
+LEDGER_READ_TIMEOUT_S = 30.0
+"""How long the learner waits for the task that reads a dead actor's episode ledger on its node."""
+
+STOP_LEDGER_READ_S = 10.0
+"""How long a stop waits, past its deadline, for the ledger of an actor it had to kill to be read."""
 
 
 def ray_available() -> bool:
@@ -105,17 +123,41 @@ def _actor_main(
     address: Any,
     authkey: bytes,
     helper_states: AgentHelperStates | None = None,
+    ledger: str | None = None,
+    report_s: float | None = None,
 ) -> int:
     """Body of the actor's ``run`` method: connect back to the learner and run the agents.
 
-    ``helper_states`` are loaded into the agents' helpers as they are built (a resumed run, a replaced actor).
+    ``helper_states`` are loaded into the agents' helpers as they are built (a resumed run, a replaced
+    actor). The actor makes its episode ledger on its node under the name ``ledger``, and reports its
+    episodes every ``report_s`` (the learner's ``EPISODE_REPORT_S``).
     """
     pred = _no_delay(mpc.Client(address, authkey=authkey))
     pred.send(("hello", worker, generation, "pred"))
     msg = _no_delay(mpc.Client(address, authkey=authkey))
     msg.send(("hello", worker, generation, "msg"))
-    Worker(worker, agent_ids, spec, None, pred, msg, threading.Event(), helper_states).run()
+    body = Worker(
+        worker, agent_ids, spec, None, pred, msg, threading.Event(), helper_states, None, ledger, True, report_s
+    )
+    body.run()
     return os.getpid()
+
+
+def _take_ledger(name: str, capacity: int, reported: int | None) -> tuple[list[tuple[int, float, int]], int] | None:
+    """The body of the Ray task that reads and frees a dead actor's ledger on its node (:meth:`EpisodeLedger.take`)."""
+    return EpisodeLedger.take(name, capacity, reported)
+
+
+_ledger_task: Any = None
+
+
+def _ledger_reader() -> Any:
+    """The Ray task of :func:`_take_ledger`, defined on first use. It takes no CPU of Ray's: the actors may
+    hold all of them, the restarted one included."""
+    global _ledger_task
+    if _ledger_task is None:
+        _ledger_task = _import_ray().remote(num_cpus=0, max_retries=0)(_take_ledger)
+    return _ledger_task
 
 
 _actor_class: Any = None
@@ -133,6 +175,10 @@ def _remote_worker_class() -> Any:
             def pid(self) -> int:
                 return os.getpid()
 
+            def node_id(self) -> str:
+                """The Ray node this actor runs on (where its episode ledger lies)."""
+                return str(ray.get_runtime_context().get_node_id())
+
             def run(
                 self,
                 worker: int,
@@ -142,20 +188,30 @@ def _remote_worker_class() -> Any:
                 address: Any,
                 authkey: bytes,
                 helper_states: AgentHelperStates | None = None,
+                ledger: str | None = None,
+                report_s: float | None = None,
             ) -> int:
-                return _actor_main(worker, generation, agent_ids, spec, address, authkey, helper_states)
+                return _actor_main(
+                    worker, generation, agent_ids, spec, address, authkey, helper_states, ledger, report_s
+                )
 
         _actor_class = ray.remote(RayAgentWorker)
     return _actor_class
 
 
 class _Acceptor:
-    """The learner's listening socket: hands each actor's two connections to its link."""
+    """The learner's listening socket: hands each actor's two connections to its link.
+
+    Each connection's handshake (the per-run key's challenge both ways, then the actor's hello) runs on
+    a thread of its own under a deadline, so a client that connects and sends nothing (a port scan, a
+    half-open connection) holds up neither the actors' connections nor the stop.
+    """
 
     def __init__(self, host: str) -> None:
         self.authkey = secrets.token_bytes(32)
-        self.listener = mpc.Listener((host, 0), authkey=self.authkey)
-        self.address = self.listener.address
+        self._sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self._sock.settimeout(ACCEPT_POLL_S)  # the accept loop looks at _closing this often
+        self.address: tuple[str, int] = tuple(self._sock.getsockname()[:2])  # type: ignore[assignment]
         self._cond = threading.Condition()
         self._conns: dict[tuple[int, int, str], mpc.Connection] = {}
         self._closing = False
@@ -163,29 +219,48 @@ class _Acceptor:
         self._thread.start()
 
     def _accept(self) -> None:
-        while True:
+        while not self._closing:
             try:
-                conn = _no_delay(self.listener.accept())
-            except (OSError, EOFError, mp.AuthenticationError) as exc:
-                if self._closing:
-                    return
-                logger.warning("refused a connection to the learner: %s", exc)
+                sock, _ = self._sock.accept()
+            except TimeoutError:
                 continue
+            except OSError as exc:
+                if not self._closing:
+                    logger.warning("the learner's listening socket failed: %s", exc)
+                return
+            threading.Thread(target=self._handshake, args=(sock,), name="parl-ray-handshake", daemon=True).start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        """Authenticate one connection and read its hello; drop it on any fault or after the deadline."""
+        sock.setblocking(True)
+        conn = mpc.Connection(os.dup(sock.fileno()))
+        # shutdown() wakes the handshake's blocked read when the client stays silent (closing would not).
+        timer = threading.Timer(HANDSHAKE_TIMEOUT_S, _shutdown, args=(sock,))
+        timer.daemon = True
+        timer.start()
+        try:
+            mpc.deliver_challenge(conn, self.authkey)
+            mpc.answer_challenge(conn, self.authkey)
+            if not conn.poll(HANDSHAKE_TIMEOUT_S):
+                raise EOFError("no hello")
+            hello = conn.recv()
+            if not (isinstance(hello, tuple) and len(hello) == 4 and hello[0] == "hello"):
+                raise ValueError(f"expected ('hello', worker, generation, channel), got {hello!r}")
+            _, worker, generation, channel = hello
+        except Exception as exc:  # noqa: BLE001 - a stray or failing client must not stop the acceptor
+            logger.warning("refused a connection to the learner: %r", exc)
+            conn.close()
+            return
+        finally:
+            timer.cancel()
+            sock.close()  # the connection has its own descriptor
+        _no_delay(conn)
+        with self._cond:
             if self._closing:
                 conn.close()
                 return
-            try:
-                if not conn.poll(10.0):
-                    raise EOFError("no hello")
-                kind, worker, generation, channel = conn.recv()
-                assert kind == "hello"
-            except Exception as exc:  # noqa: BLE001 - a stray client must not stop the acceptor
-                logger.warning("a connection sent no valid hello: %s", exc)
-                conn.close()
-                continue
-            with self._cond:
-                self._conns[(worker, generation, channel)] = conn
-                self._cond.notify_all()
+            self._conns[(worker, generation, channel)] = conn
+            self._cond.notify_all()
 
     def take(self, worker: int, generation: int, timeout: float, alive: Any) -> tuple[mpc.Connection, mpc.Connection]:
         """Wait for the (prediction, message) connections of ``worker``'s actor ``generation``."""
@@ -197,19 +272,27 @@ class _Acceptor:
                 if remaining <= 0 or not alive():  # alive() may raise with the actor's own error
                     raise RuntimeError(
                         f"Ray actor of worker {worker} did not connect to the learner at {self.address} "
-                        f"within {timeout:.0f} s (is the learner reachable from the Ray nodes?)"
+                        f"within {timeout:.0f} s: it may still wait for the CPUs it asks of Ray's scheduler "
+                        "(ray_cpus_per_worker), or the Ray nodes may not reach the learner at that address "
+                        "(ray_learner_host)"
                     )
                 self._cond.wait(min(remaining, 0.2))
             return self._conns.pop(keys[0]), self._conns.pop(keys[1])
 
     def close(self) -> None:
+        """Stop accepting, and close the connections no link took (an earlier actor's that came late)."""
         self._closing = True
-        try:  # wake the blocked accept()
-            mpc.Client(self.address, authkey=self.authkey).close()
-        except Exception:  # noqa: BLE001
-            logger.debug("could not wake the acceptor", exc_info=True)
         self._thread.join(2.0)
-        self.listener.close()
+        self._sock.close()
+        with self._cond:
+            for conn in self._conns.values():
+                conn.close()
+            self._conns.clear()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # closed already: the handshake ended
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 class _RayLink(WorkerLink):
@@ -224,6 +307,11 @@ class _RayLink(WorkerLink):
         self.generation = -1
         self.actor_pid: int | None = None
         self._pid_ref: Any = None
+        self.actor_node: str | None = None
+        """The Ray node of the current actor (known once it connected)."""
+        self._node_ref: Any = None
+        self.ledger_name: str | None = None
+        """The current actor's episode ledger on its node, until it is read (None: nothing to read)."""
         self._submitted = False
 
     def describe(self) -> str:
@@ -248,6 +336,9 @@ class _RayLink(WorkerLink):
                 logger.debug("old actor of worker %d already gone", self.index)
         self.actor = _remote_worker_class().options(**rt.actor_options).remote()
         self._pid_ref = self.actor.pid.remote()
+        self._node_ref = self.actor.node_id.remote()
+        self.actor_node = None
+        self.ledger_name = f"parl-ledger-{rt.run_token}-{self.index}-{self.generation}"
         self.run_ref = self.actor.run.remote(
             self.index,
             self.generation,
@@ -256,6 +347,8 @@ class _RayLink(WorkerLink):
             rt.acceptor.address,
             rt.acceptor.authkey,
             rt.helper_states_for(self.agent_ids),
+            self.ledger_name,
+            process_worker.EPISODE_REPORT_S,
         )
         self._submitted = True
 
@@ -266,6 +359,7 @@ class _RayLink(WorkerLink):
         if not self._submitted:
             self.submit()
         self._submitted = False
+        self.reported = 0  # episode reports of this actor (the previous one's link thread has ended)
 
         def alive() -> bool:
             done, _ = ray.wait([self.run_ref], timeout=0)
@@ -280,7 +374,42 @@ class _RayLink(WorkerLink):
 
         conns = acceptor.take(self.index, self.generation, CONNECT_TIMEOUT_S, alive)
         self.actor_pid = ray.get(self._pid_ref, timeout=CONNECT_TIMEOUT_S)
+        self.actor_node = ray.get(self._node_ref, timeout=CONNECT_TIMEOUT_S)
         return conns
+
+    def reads_locally(self) -> bool:
+        """Whether the actor ran on the learner's node, whose shared memory this process reads itself."""
+        return self.actor_node is not None and self.actor_node == self.runtime.learner_node
+
+    def _read_ledger(self, reported: int | None) -> tuple[list[tuple[int, float, int]], int] | None:
+        """Read and free the dead actor's episode ledger (once per actor): here when the actor ran on this
+        node, else by a task on the actor's node (a Ray worker may take seconds to start for it)."""
+        name, self.ledger_name = self.ledger_name, None
+        if name is None:
+            return None
+        if self.actor_node is None:
+            logger.warning("%s ended before it said where it runs: its episode ledger was not read", self.describe())
+            return None
+        if self.reads_locally():
+            return _take_ledger(name, LEDGER_CAPACITY, reported)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        try:
+            task = _ledger_reader().options(scheduling_strategy=NodeAffinitySchedulingStrategy(self.actor_node, False))
+            read: tuple[list[tuple[int, float, int]], int] | None = self.runtime.ray.get(
+                task.remote(name, LEDGER_CAPACITY, reported), timeout=LEDGER_READ_TIMEOUT_S
+            )
+        except Exception as exc:  # noqa: BLE001 - its node lost, or Ray shutting down: say so, go on
+            logger.warning(
+                "%s: its episode ledger on node %s could not be read (%s): the episodes it finished in its last "
+                "%.0f ms are not counted",
+                self.describe(),
+                self.actor_node,
+                exc,
+                process_worker.EPISODE_REPORT_S * 1000,
+            )
+            return None
+        return read
 
     def _exit_code(self) -> int | None:
         """0 when the actor's ``run`` returned, 1 when it failed or the actor died, None if unknown."""
@@ -316,6 +445,11 @@ class _RayLink(WorkerLink):
                 ray.wait([self.run_ref], timeout=max(0.5, deadline - time.monotonic()))
             except Exception:  # noqa: BLE001 - already gone
                 logger.debug("killing the actor of worker %d failed", self.index, exc_info=True)
+        if not ended and self.thread is not None:
+            # Killed without its goodbye: the link's thread reads (and frees) the actor's ledger before it
+            # ends, which must happen while Ray still runs (on another node, by a task that may need a
+            # new Ray worker: seconds, past the stop's deadline).
+            self.thread.join(max(STOP_LEDGER_READ_S, deadline - time.monotonic()))
         for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
             if conn is not None:
                 conn.close()
@@ -335,7 +469,8 @@ class RayRuntime(ProcessRuntime):
             ``"auto"`` or ``"ray://host:10001"``: an existing cluster). A Ray instance started here is
             shut down by :meth:`stop`; one that was already running is left alone.
         num_cpus_per_worker: CPUs each actor reserves in Ray's scheduler.
-        learner_host: the address actors connect back to (None: this node's IP as Ray sees it).
+        learner_host: the address actors connect back to (None: loopback while Ray has this node only and
+            no ``address`` was given, else this node's IP as Ray sees it).
     """
 
     name = "ray"
@@ -354,6 +489,10 @@ class RayRuntime(ProcessRuntime):
         self.learner_host = learner_host
         self.acceptor: _Acceptor | None = None
         self._started_ray = False
+        self.run_token = secrets.token_hex(4)
+        """Part of the names of this runtime's episode ledgers (each actor's is its own)."""
+        self.learner_node: str | None = None
+        """This process's Ray node (known once Ray runs)."""
 
     def start_remote(
         self,
@@ -373,11 +512,31 @@ class RayRuntime(ProcessRuntime):
         if not ray.is_initialized():
             ray.init(address=self.address, log_to_driver=False)
             self._started_ray = True
+        self._check_cpus(min(self.num_workers, num_agents))
         host = self.learner_host
         if host is None:
-            host = ray.util.get_node_ip_address() if self.address is not None else "127.0.0.1"
+            # Loopback only while every Ray node is this one (a local instance, started here or by the
+            # caller); joined at an address, or with other nodes, the actors may run on other machines.
+            alone = self.address is None and sum(1 for n in ray.nodes() if n.get("Alive")) <= 1
+            host = "127.0.0.1" if alone else ray.util.get_node_ip_address()
         self.acceptor = _Acceptor(host)
+        self.learner_node = str(ray.get_runtime_context().get_node_id())
         super().start_remote(tasks, wrappers, spec, num_agents, control)
+
+    def _check_cpus(self, actors: int) -> None:
+        """Refuse (on a local instance started here) or warn of (on a cluster, which may grow) more CPUs than
+        Ray has: an actor that cannot be placed never connects."""
+        need = actors * float(self.actor_options["num_cpus"])
+        have = float(self.ray.cluster_resources().get("CPU", 0.0))
+        if need <= have:
+            return
+        what = (
+            f"the Ray runtime's {actors} actors ask Ray for {need:g} CPUs ({actors} x ray_cpus_per_worker="
+            f"{self.actor_options['num_cpus']:g}); the Ray cluster has {have:g}"
+        )
+        if self._started_ray and self.address is None:
+            raise ValueError(f"{what}: lower ManagerConfig.num_workers or ray_cpus_per_worker")
+        logger.warning("%s: actors wait until the cluster has the CPUs (up to %.0f s)", what, CONNECT_TIMEOUT_S)
 
     def _make_stop_event(self) -> Any:
         # Actors are stopped by a message on their connection; this event only marks the learner's side.

@@ -7,13 +7,17 @@ the same layout::
     other = SharedBlock(block.layout, block.name)     # in the worker: the same arrays
     block.views["w"][:] = 1.0                         # other.views["w"] sees it
     other.close(); block.close()                      # the creator's close also frees the name
+
+A block that must outlive its creator's process (a Ray actor's episode ledger, read by a task on the
+actor's node after the actor died) is created with ``track=False``: Python's resource tracker would
+otherwise free it when that process ends. Whoever reads it last frees it with :meth:`SharedBlock.unlink`.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 
@@ -24,17 +28,40 @@ _ALIGN = 64
 
 
 class SharedBlock:
-    """Arrays ``(name, shape, dtype)`` in one shared-memory block, each 64-byte aligned."""
+    """Arrays ``(name, shape, dtype)`` in one shared-memory block, each 64-byte aligned.
 
-    def __init__(self, layout: Sequence[tuple[str, tuple[int, ...], np.dtype]], name: str | None = None) -> None:
+    ``name`` None creates a block under a new name; a name attaches to that block, or creates it under
+    that name with ``create=True``. The creator owns the block: its :meth:`close` frees the name.
+    ``track=False`` keeps the block out of Python's resource tracker, which frees what a process
+    created or attached to when that process ends (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        layout: Sequence[tuple[str, tuple[int, ...], np.dtype]],
+        name: str | None = None,
+        create: bool | None = None,
+        track: bool = True,
+    ) -> None:
         self.layout = list(layout)
         offsets, total = [], 0
         for _, shape, dtype in self.layout:
             total = (total + _ALIGN - 1) // _ALIGN * _ALIGN
             offsets.append(total)
             total += int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        self.shm = shared_memory.SharedMemory(name=name, create=name is None, size=max(total, _ALIGN))
-        self.owner = name is None
+        create = name is None if create is None else create
+        if not create and name is None:
+            raise ValueError("attaching to a shared-memory block needs its name")
+        self.shm = shared_memory.SharedMemory(name=name, create=create, size=max(total, _ALIGN) if create else 0)
+        if not create and self.shm.size < total:
+            self.shm.close()
+            raise ValueError(f"shared-memory block {name!r} holds {self.shm.size} bytes, its layout needs {total}")
+        self.owner = create
+        self.track = track
+        if not track:
+            # CPython registers every block it creates or attaches to (up to 3.12): unregistered, the block
+            # outlives this process, and is freed by unlink() only.
+            resource_tracker.unregister(self._tracked_name, "shared_memory")
         self.views: dict[str, np.ndarray] = {
             key: np.ndarray(shape, dtype, buffer=self.shm.buf, offset=off)
             for (key, shape, dtype), off in zip(self.layout, offsets)
@@ -44,6 +71,11 @@ class SharedBlock:
     def name(self) -> str:
         return self.shm.name
 
+    @property
+    def _tracked_name(self) -> str:
+        # The name as the resource tracker knows it (with the leading slash POSIX shm names take).
+        return getattr(self.shm, "_name", "/" + self.shm.name)
+
     def close(self) -> None:
         """Drop the views and unmap the block; the creator also unlinks its name."""
         self.views = {}
@@ -52,5 +84,15 @@ class SharedBlock:
         with contextlib.suppress(BufferError):
             self.shm.close()
         if self.owner:
-            with contextlib.suppress(FileNotFoundError):
-                self.shm.unlink()
+            self.unlink()
+
+    def unlink(self) -> None:
+        """Free the block's name (the memory goes once no process maps it); harmless if it is gone already."""
+        if not self.track:
+            # SharedMemory.unlink() unregisters the name: register it first, or the tracker would complain.
+            resource_tracker.register(self._tracked_name, "shared_memory")
+        try:
+            self.shm.unlink()
+        except FileNotFoundError:
+            if not self.track:
+                resource_tracker.unregister(self._tracked_name, "shared_memory")
