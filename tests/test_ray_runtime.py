@@ -168,14 +168,14 @@ def _ledgers_left(manager: parl.Manager) -> list[str]:
     return sorted(p.name for p in Path("/dev/shm").glob(f"parl-ledger-{token}-*"))
 
 
-@pytest.mark.parametrize("where", ["learner-node", "by-a-task"])
 def test_the_episodes_a_killed_actor_had_not_reported_are_counted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, where: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from parl.runtimes.ray_runtime import _RayLink
 
-    if where == "by-a-task":  # as for an actor on another node: a Ray task on the actor's node reads it
-        monkeypatch.setattr(_RayLink, "reads_locally", lambda self: False)
+    # As for an actor on another node: a Ray task on the actor's node reads its ledger (the next test
+    # has the learner read one on its own node).
+    monkeypatch.setattr(_RayLink, "reads_locally", lambda self: False)
     # The learner's report interval goes to its actors: an hour, so every episode of the first actor is
     # still unsent when its env kills it (SIGKILL, from inside the actor).
     monkeypatch.setattr(process_worker, "EPISODE_REPORT_S", 3600.0)
@@ -211,7 +211,7 @@ def test_an_actor_killed_at_the_stop_leaves_no_ledger_behind(
         [echo_task_config()],
         StepAgent,
         lambda i: CounterEnv(tag=i, length=2),
-        _config(num_agents=2, num_workers=1, max_episodes=20, stop_timeout_s=3.0),
+        _config(num_agents=2, num_workers=1, max_episodes=20, stop_timeout_s=1.0),
     )
     with caplog.at_level(logging.WARNING, logger="parl.runtimes.processes"):
         report = manager.run()
@@ -281,16 +281,17 @@ def test_the_learner_host_is_loopback_on_one_node_and_set_by_the_config(monkeypa
         real_init(self, host)
 
     monkeypatch.setattr(ray_runtime._Acceptor, "__init__", recording)
-    for learner_host in (None, "localhost"):
-        manager = parl.Manager(
-            [echo_task_config()],
-            StepAgent,
-            lambda i: CounterEnv(tag=i),
-            _config(num_agents=2, max_episodes=4, ray_learner_host=learner_host),
-        )
-        assert manager.run().episodes >= 4
-    # Ray initialized by the caller (this module), one node: loopback; then the config's own address.
-    assert hosts == ["127.0.0.1", "localhost"]
+    # Ray initialized by the caller (this module), on one node: loopback.
+    assert ray_runtime.RayRuntime()._learner_address() == "127.0.0.1"
+    assert ray_runtime.RayRuntime(address="auto")._learner_address() == ray.util.get_node_ip_address()
+    manager = parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        lambda i: CounterEnv(tag=i),
+        _config(num_agents=2, max_episodes=4, ray_learner_host="localhost"),
+    )
+    assert manager.run().episodes >= 4
+    assert hosts == ["localhost"]  # the config's own address, which the actors reached
 
 
 # The env fault tests of test_faults.py, with agents (and their guarded envs) in Ray actors.

@@ -513,15 +513,19 @@ class RayRuntime(ProcessRuntime):
             ray.init(address=self.address, log_to_driver=False)
             self._started_ray = True
         self._check_cpus(min(self.num_workers, num_agents))
-        host = self.learner_host
-        if host is None:
-            # Loopback only while every Ray node is this one (a local instance, started here or by the
-            # caller); joined at an address, or with other nodes, the actors may run on other machines.
-            alone = self.address is None and sum(1 for n in ray.nodes() if n.get("Alive")) <= 1
-            host = "127.0.0.1" if alone else ray.util.get_node_ip_address()
-        self.acceptor = _Acceptor(host)
+        self.acceptor = _Acceptor(self._learner_address())
         self.learner_node = str(ray.get_runtime_context().get_node_id())
         super().start_remote(tasks, wrappers, spec, num_agents, control)
+
+    def _learner_address(self) -> str:
+        """The address the actors connect back to (Ray runs): ``learner_host``, else loopback while every
+        Ray node is this one (a local instance, started here or by the caller), else this node's IP (joined
+        at an address, or with other nodes, the actors may run on other machines)."""
+        if self.learner_host is not None:
+            return self.learner_host
+        ray = self.ray
+        alone = self.address is None and sum(1 for n in ray.nodes() if n.get("Alive")) <= 1
+        return "127.0.0.1" if alone else str(ray.util.get_node_ip_address())
 
     def _check_cpus(self, actors: int) -> None:
         """Refuse (on a local instance started here) or warn of (on a cluster, which may grow) more CPUs than
