@@ -222,35 +222,22 @@ def test_an_actor_killed_at_the_stop_leaves_no_ledger_behind(
     assert _ledgers_left(manager) == []
 
 
-def test_a_silent_client_of_the_learner_holds_up_neither_the_actors_nor_the_stop(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import socket
-
+def test_a_run_whose_start_fails_frees_the_ledgers_of_the_actors_that_came_up(monkeypatch: pytest.MonkeyPatch) -> None:
     from parl.runtimes import ray_runtime
 
-    monkeypatch.setattr(ray_runtime, "HANDSHAKE_TIMEOUT_S", 3.0)
-    stray: list[socket.socket] = []
-    real_init = ray_runtime._Acceptor.__init__
-
-    def init_then_connect_silently(self: Any, host: str) -> None:
-        real_init(self, host)
-        # Connected before any actor, and never a byte sent (a port scan, a half-open connection).
-        stray.append(socket.create_connection(self.address))
-
-    monkeypatch.setattr(ray_runtime._Acceptor, "__init__", init_then_connect_silently)
+    # Two actors of 1.5 CPUs each on 2 CPUs: the second is never placed, and the run's start fails once
+    # its wait ends; the first came up, made its ledger, and is killed by the stop with no thread serving it.
+    monkeypatch.setattr(ray_runtime, "CONNECT_TIMEOUT_S", 8.0)
     manager = parl.Manager(
-        [echo_task_config()], StepAgent, lambda i: CounterEnv(tag=i), _config(num_agents=4, max_seconds=3)
+        [echo_task_config()],
+        StepAgent,
+        lambda i: CounterEnv(tag=i),
+        _config(num_agents=2, num_workers=2, ray_cpus_per_worker=1.5, max_seconds=30),
     )
-    start = time.monotonic()
-    try:
-        report = manager.run()
-    finally:
-        for sock in stray:
-            sock.close()
-    # Before: the acceptor blocked in the silent client's handshake: the actors could not connect
-    # (120 s), and the stop's wake-up client then waited for that acceptor for ever.
-    assert report.episodes > 0 and time.monotonic() - start < 60
+    with pytest.raises(RuntimeError, match=r"Ray actor of worker \d did not connect .* wait for the CPUs"):
+        manager.run()
+    # Before: the first actor's ledger stayed in /dev/shm (made outside the resource tracker) for good.
+    assert _ledgers_left(manager) == []
 
 
 def test_more_actors_than_cpus_are_refused_on_a_local_instance_and_warned_of_on_a_cluster(

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 import parl
@@ -126,6 +127,8 @@ def test_manager_config_refuses_budgets_and_intervals_that_mean_nothing(field: s
 def test_manager_config_takes_the_budgets_it_documents() -> None:
     config = parl.ManagerConfig(num_agents=1, max_steps=1, max_episodes=5, max_seconds=0.5, max_restarts=0)
     assert (config.max_steps, config.max_episodes, config.max_seconds, config.max_restarts) == (1, 5, 0.5, 0)
+    # numpy's numbers too (a budget computed with numpy).
+    parl.ManagerConfig(num_agents=1, max_episodes=np.int64(100), max_seconds=np.float32(5.0), poll_s=np.float64(0.1))
 
 
 def test_gym_agent_plays_the_only_task_whatever_its_name_and_names_the_tasks_otherwise() -> None:

@@ -219,7 +219,7 @@ def test_errors_of_act_name_the_task_on_every_runtime(runtime: str) -> None:
     assert info.value.agent_id == 1 and info.value.task == "RL"
     with pytest.raises(parl.AgentError) as info:
         parl.Manager([echo_task_config(_WrongActionName())], parl.GymAgent, counter_envs(length=6), config).run()
-    assert info.value.task == "RL"
+    assert info.value.task == "RL" and isinstance(info.value.original, parl.TaskError)  # the task's, not the agent's
     message = str(info.value.original)
     assert "returned actions ['act']" in message and "missing ['action']" in message
 
@@ -227,9 +227,11 @@ def test_errors_of_act_name_the_task_on_every_runtime(runtime: str) -> None:
 def test_a_task_refuses_a_prediction_without_an_action_field() -> None:
     task = parl.ComputationTask("RL", _WrongActionName())
     obs = np.zeros((3, 2), np.float32)
-    with pytest.raises(parl.SpecError, match=r"returned actions \['act'\].*missing \['action'\]"):
+    # A ValueError, not a SpecError: the algorithm's mistake, which its agents see as a TaskError.
+    with pytest.raises(ValueError, match=r"returned actions \['act'\].*missing \['action'\]") as info:
         task.predict({"obs": obs})
-    with pytest.raises(parl.SpecError, match="missing"):
+    assert not isinstance(info.value, parl.SpecError)
+    with pytest.raises(ValueError, match="missing"):
         task.predict_field(obs)
 
 
@@ -242,9 +244,10 @@ def test_a_task_refuses_a_prediction_without_a_declared_extra() -> None:
     """A worker reads the declared extras from its reply buffer: a missing one would be an earlier round's."""
     task = parl.ComputationTask("RL", _NoEcho())
     obs = np.zeros((3, 2), np.float32)
-    with pytest.raises(parl.SpecError, match=r"returned extras \[\].*missing \['echo'\]"):
+    with pytest.raises(ValueError, match=r"returned extras \[\].*missing \['echo'\]") as info:
         task.predict({"obs": obs})
-    with pytest.raises(parl.SpecError, match="missing"):
+    assert not isinstance(info.value, parl.SpecError)
+    with pytest.raises(ValueError, match="missing"):
         task.predict_field(obs)
 
 

@@ -203,7 +203,8 @@ class ComputationTask:
         dtype kind, e.g. int32 to int64, copies that field)."""
         out = _to_numpy(actions)
         if not out.keys() >= self._action_names:
-            raise SpecError(
+            # Not a SpecError, which tells an agent that its own data was wrong: the agent gets a TaskError.
+            raise ValueError(
                 f"task {self.name!r}: the algorithm's predict returned actions {sorted(out)}, but the model's "
                 f"action specs are {[s.name for s in self.action_specs]}; missing "
                 f"{sorted(self._action_names - out.keys())}"
@@ -225,7 +226,7 @@ class ComputationTask:
         a missing one would leave agents an earlier round's values where a worker reads them."""
         out = _to_numpy(extras) if extras else {}
         if self._extra_names and not out.keys() >= self._extra_names:
-            raise SpecError(
+            raise ValueError(  # the algorithm's mistake, as in _actions_of
                 f"task {self.name!r}: the algorithm's predict returned extras {sorted(out)}, but it declares "
                 f"{sorted(self._extra_names)} (extra_predict_specs); missing {sorted(self._extra_names - out.keys())}"
             )

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -114,7 +115,9 @@ class ManagerConfig:
     max_episodes: int | None = None
     """Stop after this many episodes in total."""
     max_steps: int | None = None
-    """Stop after this many env steps in total (counted live: no agent takes a step past it)."""
+    """Stop after this many env steps in total. Counted live for agents in this process (no agent takes a
+    step past it); for agents in worker processes and Ray actors, at episode ends, so a run there may go
+    past it by the episodes in flight (see the agent group guide)."""
     max_seconds: float | None = None
     """Stop after this much wall time."""
     restart_failed_agents: bool = False
@@ -143,19 +146,20 @@ class ManagerConfig:
     def __post_init__(self) -> None:
         if self.num_agents < 1:
             raise ValueError(f"ManagerConfig.num_agents must be >= 1, got {self.num_agents}")
+        # numbers.Integral and Real: numpy's integers and floats count; bool does not.
         for name in ("max_episodes", "max_steps"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < 1):
                 raise ValueError(f"ManagerConfig.{name} must be None (no budget) or an int >= 1, got {value!r}")
         positive: dict[str, bool] = {"max_seconds": True, "poll_s": False, "stop_timeout_s": False}
         for name, optional in positive.items():
             value = getattr(self, name)
             if optional and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if isinstance(value, bool) or not isinstance(value, Real) or not float(value) > 0:
                 what = "None (no budget) or a number > 0" if optional else "a number > 0"
                 raise ValueError(f"ManagerConfig.{name} must be {what}, got {value!r}")
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, Integral) or self.max_restarts < 0:
             raise ValueError(f"ManagerConfig.max_restarts must be an int >= 0, got {self.max_restarts!r}")
         if self.num_workers < 1:
             raise ValueError(f"ManagerConfig.num_workers must be >= 1, got {self.num_workers}")

@@ -73,6 +73,9 @@ HANDSHAKE_TIMEOUT_S = 10.0
 ACCEPT_POLL_S = 0.2
 """How often the learner's accept loop looks whether it should stop."""
 
+MAX_HANDSHAKES = 64
+"""Connections the learner authenticates at once; more are refused (a port scan must not cost a thread each)."""
+
 LEDGER_READ_TIMEOUT_S = 30.0
 """How long the learner waits for the task that reads a dead actor's episode ledger on its node."""
 
@@ -215,6 +218,7 @@ class _Acceptor:
         self._cond = threading.Condition()
         self._conns: dict[tuple[int, int, str], mpc.Connection] = {}
         self._closing = False
+        self._handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
         self._thread = threading.Thread(target=self._accept, name="parl-ray-acceptor", daemon=True)
         self._thread.start()
 
@@ -224,18 +228,39 @@ class _Acceptor:
                 sock, _ = self._sock.accept()
             except TimeoutError:
                 continue
-            except OSError as exc:
-                if not self._closing:
-                    logger.warning("the learner's listening socket failed: %s", exc)
-                return
+            except OSError as exc:  # e.g. out of file descriptors for a moment: the run's actors still need it
+                if self._closing:
+                    return
+                logger.warning("the learner's listening socket could not accept a connection: %s", exc)
+                time.sleep(ACCEPT_POLL_S)
+                continue
+            if not self._handshakes.acquire(blocking=False):
+                logger.warning("refused a connection to the learner: %d handshakes in progress", MAX_HANDSHAKES)
+                sock.close()
+                continue
             threading.Thread(target=self._handshake, args=(sock,), name="parl-ray-handshake", daemon=True).start()
 
     def _handshake(self, sock: socket.socket) -> None:
         """Authenticate one connection and read its hello; drop it on any fault or after the deadline."""
+        try:
+            self._handshake_of(sock)
+        finally:
+            self._handshakes.release()
+
+    def _handshake_of(self, sock: socket.socket) -> None:
         sock.setblocking(True)
         conn = mpc.Connection(os.dup(sock.fileno()))
-        # shutdown() wakes the handshake's blocked read when the client stays silent (closing would not).
-        timer = threading.Timer(HANDSHAKE_TIMEOUT_S, _shutdown, args=(sock,))
+        # shutdown() wakes the handshake's blocked read when the client stays silent (closing would not);
+        # under a lock with the handshake's end, so that a deadline just missed cannot cut a good connection.
+        state = {"done": False}
+        lock = threading.Lock()
+
+        def expire() -> None:
+            with lock:
+                if not state["done"]:
+                    _shutdown(sock)
+
+        timer = threading.Timer(HANDSHAKE_TIMEOUT_S, expire)
         timer.daemon = True
         timer.start()
         try:
@@ -252,6 +277,8 @@ class _Acceptor:
             conn.close()
             return
         finally:
+            with lock:
+                state["done"] = True
             timer.cancel()
             sock.close()  # the connection has its own descriptor
         _no_delay(conn)
@@ -312,6 +339,7 @@ class _RayLink(WorkerLink):
         self._node_ref: Any = None
         self.ledger_name: str | None = None
         """The current actor's episode ledger on its node, until it is read (None: nothing to read)."""
+        self._ledger_lock = threading.Lock()  # the link's thread and close() may both come to read it
         self._submitted = False
 
     def describe(self) -> str:
@@ -378,13 +406,16 @@ class _RayLink(WorkerLink):
         return conns
 
     def reads_locally(self) -> bool:
-        """Whether the actor ran on the learner's node, whose shared memory this process reads itself."""
-        return self.actor_node is not None and self.actor_node == self.runtime.learner_node
+        """Whether the actor ran on the learner's node, whose shared memory this process reads itself (not
+        through Ray's client, ``ray://``, whose driver runs on another machine than its node)."""
+        client = (self.runtime.address or "").startswith("ray://")
+        return not client and self.actor_node is not None and self.actor_node == self.runtime.learner_node
 
     def _read_ledger(self, reported: int | None) -> tuple[list[tuple[int, float, int]], int] | None:
         """Read and free the dead actor's episode ledger (once per actor): here when the actor ran on this
         node, else by a task on the actor's node (a Ray worker may take seconds to start for it)."""
-        name, self.ledger_name = self.ledger_name, None
+        with self._ledger_lock:
+            name, self.ledger_name = self.ledger_name, None
         if name is None:
             return None
         if self.actor_node is None:
@@ -450,6 +481,13 @@ class _RayLink(WorkerLink):
             # ends, which must happen while Ray still runs (on another node, by a task that may need a
             # new Ray worker: seconds, past the stop's deadline).
             self.thread.join(max(STOP_LEDGER_READ_S, deadline - time.monotonic()))
+        if not self.said_goodbye and self.ledger_name is not None:
+            # A ledger no thread read: an actor whose run failed to start, or one that connected after its
+            # launch gave up waiting. Nothing of it was counted; it is freed.
+            if self.actor_node is None and self._node_ref is not None:
+                with contextlib.suppress(Exception):  # the actor never said where it ran: it made no ledger
+                    self.actor_node = ray.get(self._node_ref, timeout=0.5)
+            self._read_ledger(None)
         for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
             if conn is not None:
                 conn.close()
