@@ -170,7 +170,7 @@ def test_mean_return_refuses_a_count_of_no_episodes() -> None:
             report.mean_return(last=last)
 
 
-@pytest.mark.parametrize("runtime", ["threads", "coroutines"])
+@pytest.mark.parametrize("runtime", ["coroutines"])
 def test_a_helper_learner_thread_still_learning_at_the_stop_is_reported(runtime: str) -> None:
     # Every learning call takes 6 s, made on the helpers' own learner threads (learn_on_caller).
     config = parl.ExpReplayConfig(

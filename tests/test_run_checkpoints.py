@@ -97,7 +97,13 @@ _SAVER = textwrap.dedent(
     manager.run()  # agents with filled replay buffers, so helpers.pkl is a real one
     ckpt = RunCheckpointer({run_dir!r}, keep=3)
     params = manager.tasks["RL"].algorithm.model.parameters()
-    print("ready", flush=True)
+    # How long one save takes on this machine (into a directory of its own), so that the kills can be
+    # spread over a few saves whatever the machine's speed.
+    timing = RunCheckpointer({run_dir!r} + "-timing", keep=1)
+    timing.save(manager, RunCounters(env_steps=0, episodes=0), {{"k": 0}})
+    start = time.perf_counter()
+    timing.save(manager, RunCounters(env_steps=1, episodes=1), {{"k": 1}})
+    print("ready", time.perf_counter() - start, flush=True)
     for line in sys.stdin:  # one line per kill: how long the child saves before it is killed
         delay = float(line)
         latest = ckpt.latest()
@@ -158,10 +164,12 @@ def test_sigkill_during_saves_never_corrupts_the_last_checkpoint(tmp_path) -> No
     checker = _dqn_manager()
     last_k, mid_save, advanced = 0, 0, 0
     try:
-        assert saver.stdout.readline().strip() == "ready"
+        word, save_s = saver.stdout.readline().split()
+        assert word == "ready"
+        # Kill anywhere within the first few saves (a few milliseconds each, more on a loaded machine).
+        longest = max(0.06, 4 * float(save_s))
         for i in range(KILLS):
-            # one save takes a few milliseconds: kill anywhere within the first dozen or so
-            saver.stdin.write(f"{float(rng.uniform(0.0, 0.06)):.4f}\n")
+            saver.stdin.write(f"{float(rng.uniform(0.0, longest)):.4f}\n")
             saver.stdin.flush()
             assert saver.stdout.readline().split() == ["killed", "1"], f"kill {i} did not happen"
             root = run_dir / "checkpoints"
