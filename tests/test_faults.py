@@ -401,7 +401,7 @@ def kill_worker_process(index: int) -> Callable[[parl.Manager], int]:
 @pytest.mark.parametrize("runtime", ALL_RUNTIMES)
 def test_chaos_run_completes_its_budget_and_counts_every_fault(runtime: str, tmp_path) -> None:
     log = str(tmp_path / "faults.log")
-    budget = 2000
+    budget = 4000
     manager = _chaos_manager(runtime, log, budget)
     threads_before = set(threading.enumerate())
     killer = None

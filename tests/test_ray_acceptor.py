@@ -95,3 +95,49 @@ def test_a_failed_accept_does_not_end_the_acceptor(monkeypatch: pytest.MonkeyPat
         assert failures == []
     finally:
         acceptor.close()
+
+
+def test_a_handshake_thread_that_cannot_start_refuses_that_connection_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_start = threading.Thread.start
+    failures = [1]
+
+    def start(self: threading.Thread) -> None:
+        if self.name == "parl-ray-handshake" and failures:
+            failures.pop()
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    acceptor = _Acceptor("127.0.0.1")
+    try:
+        refused = socket.create_connection(acceptor.address)
+        refused.settimeout(10.0)
+        assert refused.recv(16) == b""  # closed at once
+        refused.close()
+        # Before: the acceptor thread died with the error, holding one of its handshake permits.
+        assert acceptor._thread.is_alive() and failures == []
+        _connect(acceptor, 0, "pred"), _connect(acceptor, 0, "msg")
+        acceptor.take(0, 0, timeout=5.0, alive=lambda: True)
+    finally:
+        acceptor.close()
+
+
+def test_a_handshake_that_ends_past_its_deadline_is_dropped_not_handed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ray_runtime, "HANDSHAKE_TIMEOUT_S", 0.5)
+    real_recv = mpc.Connection.recv
+
+    def late_recv(self: mpc.Connection) -> Any:
+        value = real_recv(self)
+        if threading.current_thread().name == "parl-ray-handshake":
+            time.sleep(0.8)  # the hello came, and the deadline passed before the handshake could end
+        return value
+
+    monkeypatch.setattr(mpc.Connection, "recv", late_recv)
+    acceptor = _Acceptor("127.0.0.1")
+    try:
+        _connect(acceptor, 5, "pred")
+        # Before: the connection, cut by the deadline's shutdown, was handed to the link as if whole.
+        with pytest.raises(RuntimeError, match="did not connect"):
+            acceptor.take(5, 0, timeout=2.0, alive=lambda: True)
+    finally:
+        acceptor.close()

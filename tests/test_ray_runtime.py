@@ -291,7 +291,7 @@ def test_ray_env_whose_reset_raises_once_is_rebuilt_and_its_episode_cut(isolated
 
 def test_ray_chaos_run_completes_its_budget_and_counts_every_fault(tmp_path) -> None:
     log = str(tmp_path / "faults.log")
-    budget = 2000
+    budget = 4000
     manager = _chaos_manager("ray", log, budget)
     threads_before = set(threading.enumerate())
     killer = WorkerKiller(manager, lambda c: c.steps >= budget // 3, _kill_actor)

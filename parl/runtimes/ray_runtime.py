@@ -238,7 +238,12 @@ class _Acceptor:
                 logger.warning("refused a connection to the learner: %d handshakes in progress", MAX_HANDSHAKES)
                 sock.close()
                 continue
-            threading.Thread(target=self._handshake, args=(sock,), name="parl-ray-handshake", daemon=True).start()
+            try:
+                threading.Thread(target=self._handshake, args=(sock,), name="parl-ray-handshake", daemon=True).start()
+            except RuntimeError as exc:  # no thread to be had for a moment: this connection only is refused
+                self._handshakes.release()
+                sock.close()
+                logger.warning("refused a connection to the learner: %s", exc)
 
     def _handshake(self, sock: socket.socket) -> None:
         """Authenticate one connection and read its hello; drop it on any fault or after the deadline."""
@@ -252,12 +257,13 @@ class _Acceptor:
         conn = mpc.Connection(os.dup(sock.fileno()))
         # shutdown() wakes the handshake's blocked read when the client stays silent (closing would not);
         # under a lock with the handshake's end, so that a deadline just missed cannot cut a good connection.
-        state = {"done": False}
+        state = {"done": False, "expired": False}
         lock = threading.Lock()
 
         def expire() -> None:
             with lock:
                 if not state["done"]:
+                    state["expired"] = True
                     _shutdown(sock)
 
         timer = threading.Timer(HANDSHAKE_TIMEOUT_S, expire)
@@ -281,6 +287,10 @@ class _Acceptor:
                 state["done"] = True
             timer.cancel()
             sock.close()  # the connection has its own descriptor
+        if state["expired"]:  # the deadline came as the hello did: the connection is cut, drop it
+            logger.warning("refused a connection to the learner: its handshake ended past the deadline")
+            conn.close()
+            return
         _no_delay(conn)
         with self._cond:
             if self._closing:
@@ -408,12 +418,18 @@ class _RayLink(WorkerLink):
     def reads_locally(self) -> bool:
         """Whether the actor ran on the learner's node, whose shared memory this process reads itself (not
         through Ray's client, ``ray://``, whose driver runs on another machine than its node)."""
-        client = (self.runtime.address or "").startswith("ray://")
-        return not client and self.actor_node is not None and self.actor_node == self.runtime.learner_node
+        return (
+            not self.runtime.through_client()
+            and self.actor_node is not None
+            and self.actor_node == self.runtime.learner_node
+        )
 
-    def _read_ledger(self, reported: int | None) -> tuple[list[tuple[int, float, int]], int] | None:
+    def _read_ledger(
+        self, reported: int | None, timeout: float = LEDGER_READ_TIMEOUT_S
+    ) -> tuple[list[tuple[int, float, int]], int] | None:
         """Read and free the dead actor's episode ledger (once per actor): here when the actor ran on this
-        node, else by a task on the actor's node (a Ray worker may take seconds to start for it)."""
+        node, else by a task on the actor's node (a Ray worker may take seconds to start for it), waited
+        for at most ``timeout``."""
         with self._ledger_lock:
             name, self.ledger_name = self.ledger_name, None
         if name is None:
@@ -428,7 +444,7 @@ class _RayLink(WorkerLink):
         try:
             task = _ledger_reader().options(scheduling_strategy=NodeAffinitySchedulingStrategy(self.actor_node, False))
             read: tuple[list[tuple[int, float, int]], int] | None = self.runtime.ray.get(
-                task.remote(name, LEDGER_CAPACITY, reported), timeout=LEDGER_READ_TIMEOUT_S
+                task.remote(name, LEDGER_CAPACITY, reported), timeout=timeout
             )
         except Exception as exc:  # noqa: BLE001 - its node lost, or Ray shutting down: say so, go on
             logger.warning(
@@ -485,9 +501,13 @@ class _RayLink(WorkerLink):
             # A ledger no thread read: an actor whose run failed to start, or one that connected after its
             # launch gave up waiting. Nothing of it was counted; it is freed.
             if self.actor_node is None and self._node_ref is not None:
-                with contextlib.suppress(Exception):  # the actor never said where it ran: it made no ledger
+                with contextlib.suppress(Exception):  # never placed, or killed first: it made no ledger
                     self.actor_node = ray.get(self._node_ref, timeout=0.5)
-            self._read_ledger(None)
+            if self.actor_node is not None:
+                self._read_ledger(None, STOP_LEDGER_READ_S)
+            else:
+                logger.debug("the actor of worker %d never ran: it made no episode ledger", self.index)
+                self.ledger_name = None
         for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
             if conn is not None:
                 conn.close()
@@ -555,6 +575,17 @@ class RayRuntime(ProcessRuntime):
         self.learner_node = str(ray.get_runtime_context().get_node_id())
         super().start_remote(tasks, wrappers, spec, num_agents, control)
 
+    def through_client(self) -> bool:
+        """Whether this process drives Ray through Ray's client (``ray://``): its node is another machine's."""
+        if (self.address or "").startswith("ray://"):
+            return True
+        try:
+            from ray.util.client import ray as client
+
+            return bool(client.is_connected())
+        except Exception:  # noqa: BLE001 - a Ray without the client: not through it
+            return False
+
     def _learner_address(self) -> str:
         """The address the actors connect back to (Ray runs): ``learner_host``, else loopback while every
         Ray node is this one (a local instance, started here or by the caller), else this node's IP (joined
@@ -562,7 +593,8 @@ class RayRuntime(ProcessRuntime):
         if self.learner_host is not None:
             return self.learner_host
         ray = self.ray
-        alone = self.address is None and sum(1 for n in ray.nodes() if n.get("Alive")) <= 1
+        one_node = sum(1 for n in ray.nodes() if n.get("Alive")) <= 1
+        alone = not self.through_client() and self.address is None and one_node
         return "127.0.0.1" if alone else str(ray.util.get_node_ip_address())
 
     def _check_cpus(self, actors: int) -> None:
