@@ -238,13 +238,7 @@ def test_a_replacement_that_comes_up_after_the_stop_gave_up_on_it_stops_itself(
     from parl.runtimes.processes import WorkerLink
 
     began = _slow_restarts(monkeypatch, WorkerLink, 2.0)  # longer than stop() waits for it
-    m = _manager(
-        parl.ManagerConfig(
-            num_agents=4, runtime="processes", num_workers=2, max_seconds=60, restart_failed_agents=True,
-            stop_timeout_s=1.0,
-        )
-    )  # fmt: skip
-    killer = WorkerKiller(m, lambda control: control.steps > 300, _kill_worker(0))
+    m, killer = _worker_0_killed_with_a_short_stop()
     m.run(stop_when=lambda control: bool(began) and time.monotonic() - began[0] > 0.2)
     killer.join()
     link = m.runtime.links[0]  # type: ignore[union-attr]
@@ -255,6 +249,17 @@ def test_a_replacement_that_comes_up_after_the_stop_gave_up_on_it_stops_itself(
     assert link.process is not None and not link.process.is_alive()
     assert link.buffers and all(not req.views and not rep.views for req, rep in link.buffers)  # shared memory freed
     assert _no_children_left()
+
+
+def _worker_0_killed_with_a_short_stop() -> tuple[parl.Manager, WorkerKiller]:
+    """Four agents in two restarting workers, a 1 s stop, and worker 0 killed after 300 env steps."""
+    m = _manager(
+        parl.ManagerConfig(
+            num_agents=4, runtime="processes", num_workers=2, max_seconds=60, restart_failed_agents=True,
+            stop_timeout_s=1.0,
+        )
+    )  # fmt: skip
+    return m, WorkerKiller(m, lambda control: control.steps > 300, _kill_worker(0))
 
 
 @pytest.mark.timeout(90)
@@ -275,13 +280,7 @@ def test_a_replacement_whose_shared_memory_the_stop_freed_before_its_fork_is_not
         return real(self, *args)
 
     monkeypatch.setattr(WorkerLink, "_start_process", slow_fork)
-    m = _manager(
-        parl.ManagerConfig(
-            num_agents=4, runtime="processes", num_workers=2, max_seconds=60, restart_failed_agents=True,
-            stop_timeout_s=1.0,
-        )
-    )  # fmt: skip
-    killer = WorkerKiller(m, lambda control: control.steps > 300, _kill_worker(0))
+    m, killer = _worker_0_killed_with_a_short_stop()
     # The replacement cannot attach to its shared memory: a failure of the teardown, so the run that was
     # stopped ends normally (no AgentError).
     report = m.run(stop_when=lambda control: bool(began) and time.monotonic() - began[0] > 0.2)

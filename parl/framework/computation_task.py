@@ -150,9 +150,9 @@ class ComputationTask:
             states = {}
         if check:
             inputs = check_fields(inputs, self.input_specs, task=self.name, group="inputs")
-            batch = next(iter(inputs.values())).shape[0] if inputs else None
-            states = check_fields(states, self.state_specs, task=self.name, group="states", batch_size=batch)
-        rows = len(next(iter(inputs.values()))) if inputs else None
+        rows = len(next(iter(inputs.values()))) if inputs else None  # the batch: what every output must have
+        if check:
+            states = check_fields(states, self.state_specs, task=self.name, group="states", batch_size=rows)
         model = self.algorithm.model
         with paddle.no_grad(), model.param_lock:
             staging = self._staging
