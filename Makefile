@@ -47,6 +47,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(TEST_STAMP)
 	$(PY) -m benchmarks.throughput
 	$(PY) -m benchmarks.storing --n 64 256
+	$(PY) -m benchmarks.env_processes
 
 bench-learning: $(BENCH_STAMP)
 	$(PY) -m benchmarks.learning

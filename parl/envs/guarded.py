@@ -41,6 +41,7 @@ from typing import Any
 
 from parl.framework.errors import EnvFault, EnvFaultLimitError
 from parl.runtimes.faults import FaultConfig
+from parl.runtimes.waits import wait_readable
 
 __all__ = ["GuardedEnv", "guard_env"]
 
@@ -53,6 +54,11 @@ class _Hang(Exception):
 
 class _RemoteFailure(Exception):
     """An env call raised in the env's process; carries the remote traceback."""
+
+
+class _Interrupted(Exception):
+    """A wait for the env's answer ended by an exception thrown into the waiting agent (the run's stop),
+    not by the env: the env process was killed, and the exception is the cause."""
 
 
 _ORPHANED_EXIT_CODE = 3
@@ -123,6 +129,7 @@ class _EnvProcess:
 
     def __init__(self, make_env: Callable[[], Any], start_method: str, timeout: float | None) -> None:
         ctx: Any = mp.get_context(start_method)
+        self.killed = False
         self.conn, child = ctx.Pipe(duplex=True)
         inherited = self.conn if start_method == "fork" else None  # a spawned host gets no copy of it
         parent = None if start_method == "forkserver" else os.getpid()  # a forkserver host's parent is the server
@@ -145,8 +152,17 @@ class _EnvProcess:
         return self._answer(timeout)
 
     def _answer(self, timeout: float | None) -> Any:
+        # On a coroutine hub the wait lets the hub's other agents run (and their envs step) meanwhile.
         try:
-            if not self.conn.poll(timeout):
+            readable = wait_readable(self.conn, timeout)
+        except BaseException as exc:
+            # An answer is still due, and would be read as the next call's: this process is done with.
+            self.kill()
+            if isinstance(exc, Exception):
+                raise _Interrupted(f"{type(exc).__name__}: {exc}") from exc
+            raise  # GreenletExit, KeyboardInterrupt: as they came
+        try:
+            if not readable:
                 raise _Hang(f"no answer within {timeout} s")
             status, payload = self.conn.recv()
         except (OSError, EOFError):
@@ -157,6 +173,7 @@ class _EnvProcess:
         return payload
 
     def kill(self) -> None:
+        self.killed = True
         with contextlib.suppress(Exception):
             self.process.kill()
         self.process.join(1.0)
@@ -237,16 +254,27 @@ class GuardedEnv:
 
     # ------------------------------------------------------------- internals
     def _call(self, method: str, args: Any, timeout: float | None) -> Any:
+        if self._host is None and self._env is None:
+            self._build()  # the last call was interrupted (see _Interrupted), which discarded the env
         try:
             if self._host is not None:
                 return self._host.call(method, args, timeout)
             return self._env.reset(**args) if method == "reset" else self._env.step(args)
+        except _Interrupted as exc:
+            # Not the env's fault: nothing is counted, and the exception thrown in goes on as it came.
+            self._host = None
+            assert exc.__cause__ is not None
+            raise exc.__cause__ from None
         except _Hang as exc:
             self._fault("hang", f"{method} hung: {exc}", None)
         except _RemoteFailure as exc:
             self._fault("error", f"{method} raised in the env process: {exc}", None)
         except Exception as exc:  # noqa: BLE001 - the env's own error is the fault
             self._fault("error", f"{method} raised {type(exc).__name__}: {exc}", exc)
+        except BaseException:
+            if self._host is not None and self._host.killed:  # a wait ended by GreenletExit, say
+                self._host = None
+            raise
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _fault(self, kind: str, what: str, cause: BaseException | None) -> None:
@@ -286,6 +314,9 @@ class GuardedEnv:
                 else:
                     self._env = self._make_env()
                 return
+            except _Interrupted as exc:  # the run's stop, say: no fault of the env
+                assert exc.__cause__ is not None
+                raise exc.__cause__ from None
             except Exception as exc:  # noqa: BLE001 - any failure to build is a fault
                 self.consecutive_faults += 1
                 self._on_fault("env_hangs" if isinstance(exc, _Hang) else "env_errors")

@@ -10,9 +10,13 @@ through a thread-safe inbox.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import math
+import os
 import queue
+import select
 import threading
 import time
 import traceback
@@ -28,6 +32,7 @@ from parl.framework.computation_wrapper import ComputationWrapper, PredictItem
 from parl.framework.errors import RunStopped
 from parl.framework.types import Prediction
 from parl.runtimes.control import AgentSlot, RunControl, run_agent_loop
+from parl.runtimes.waits import Readable, thread_waiter
 
 __all__ = ["CoroutineRuntime", "Hub"]
 
@@ -56,6 +61,8 @@ class _HubReturnQueue:
                 self.waiter = None
         else:
             self.hub.inbox.put((self, item))
+            if self.hub.io_sleeping:
+                self.hub.wake()
 
     def row_requester(self, comm: Communicator) -> RowRequester:
         """``comm.predict_row`` as one call with everything it touches in one object: the request of
@@ -242,6 +249,13 @@ class Hub:
         self.main: greenlet.greenlet = greenlet.getcurrent()
         self.thread: threading.Thread | None = None
         self.rounds = 0
+        # Agents waiting for a connection (an env in its own process), by file descriptor; see wait_readable.
+        self._io: dict[int, _IoWait] = {}
+        self._poller = select.poll()
+        self._wake_fds: tuple[int, int] | None = None  # a pipe that wakes the hub from its wait on them
+        self._wake_lock = threading.Lock()
+        self.io_sleeping = False
+        """Whether the hub waits on its agents' connections (a put from another thread must then wake it)."""
 
     def return_queue(self) -> _HubReturnQueue:
         return _HubReturnQueue(self)
@@ -258,6 +272,7 @@ class Hub:
     def _run(self, control: RunControl) -> None:
         self.thread_id = threading.get_ident()
         self.main = greenlet.getcurrent()
+        thread_waiter(self.wait_readable)  # an agent's wait for another process lets the others run
         agents = [greenlet.greenlet(lambda s=slot: run_agent_loop(s, control)) for slot in self.slots]
         self.runnable.extend(agents)
         try:
@@ -276,6 +291,7 @@ class Hub:
             control.agent_failed(-1, exc, traceback.format_exc(), restartable=False)
         finally:
             self._shutdown(agents)
+            self._close_wake_pipe()
 
     def _run_runnable(self) -> None:
         """Switch to each runnable agent in turn (each runs to its next wait), until none is left."""
@@ -285,19 +301,126 @@ class Hub:
                 g.switch()
 
     def _schedule(self, agents: list[greenlet.greenlet], control: RunControl) -> None:
-        while not self.stopping and any(not g.dead for g in agents):
+        # A stopping hub still waits for its agents' calls to other processes, each until its own deadline:
+        # a hung env is counted as a hang, as on a thread, rather than cut off uncounted.
+        while (not self.stopping or self._io) and any(not g.dead for g in agents):
             self._run_runnable()
             self._drain_inbox(block=False)
+            if self._io:
+                self._wake_io(0.0)
             if self.runnable:
                 continue
             if self.pending:
                 self._serve_pending()
                 continue
-            if not self._drain_inbox(block=True) and control.stop_requested:
-                # Nothing came back within a poll; waiting agents notice the stop themselves.
+            self._idle()
+            woke = self._wake_io(self.poll_s) if self._io else self._drain_inbox(block=True)
+            if not woke and control.stop_requested:
+                # Nothing came back within a poll; waiting agents notice the stop themselves (those waiting
+                # for another process go on waiting, until an answer or their deadline).
+                waiting = {w.agent for w in self._io.values()}
                 for g in agents:
-                    if not g.dead:
+                    if not g.dead and g not in waiting:
                         self.runnable.append(g)
+
+    def _idle(self) -> None:
+        """Called before the hub waits with nothing to run (a worker's hub reports its episodes here)."""
+
+    # ------------------------------------------------------------- waits for other processes
+    def wait_readable(self, conn: Readable, timeout: float | None) -> bool:
+        """:func:`parl.runtimes.waits.wait_readable` for this hub's agents: the agent switches to the hub,
+        which runs the others meanwhile and switches back with True once ``conn`` is readable, or False
+        at the deadline (``timeout`` seconds; None: none). From the hub itself, or another thread, a
+        plain ``conn.poll``."""
+        me = _getcurrent()
+        if me is self.main or threading.get_ident() != self.thread_id:
+            return conn.poll(timeout)
+        if self._wake_fds is None:
+            self._open_wake_pipe()
+        fd = conn.fileno()
+        if fd in self._io:
+            raise RuntimeError(f"two agents of hub {self.index} wait on one connection (file descriptor {fd})")
+        wait = _IoWait(me, None if timeout is None else time.monotonic() + timeout)
+        self._io[fd] = wait
+        self._poller.register(fd, select.POLLIN)
+        try:
+            while True:
+                woke = self.main.switch()
+                if woke is True or woke is False:  # from _wake_io; anything else: woken for another reason
+                    return woke
+        finally:
+            if self._io.get(fd) is wait:  # left without an answer (an exception thrown in: the run's stop)
+                del self._io[fd]
+                self._poller.unregister(fd)
+
+    def _wake_io(self, timeout: float) -> bool:
+        """Resume the agents whose connection is readable (True) or whose deadline passed (False), waiting
+        up to ``timeout`` seconds (capped at the nearest deadline) for one, for a put from another thread
+        or for a stop. Returns whether anything came (an agent resumed, or an item in the inbox)."""
+        assert self._wake_fds is not None  # opened by the first wait
+        wake_r = self._wake_fds[0]
+        if timeout > 0.0:
+            deadlines = [w.deadline for w in self._io.values() if w.deadline is not None]
+            if deadlines:
+                timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
+            self.io_sleeping = True
+            try:
+                # An item put before the flag was set did not write to the pipe: do not sleep on it.
+                events = self._poller.poll(0 if not self.inbox.empty() else math.ceil(timeout * 1000))
+            finally:
+                self.io_sleeping = False
+        else:
+            events = self._poller.poll(0)
+        # Every resumed wait is taken out before any agent runs: an agent may close its connection and
+        # open another on the same file descriptor, which an event of this poll must not wake.
+        ready: list[tuple[_IoWait, bool]] = []
+        for fd, _ in events:
+            if fd == wake_r:
+                self._drain_wake_pipe()
+                continue
+            wait = self._io.pop(fd, None)
+            if wait is not None:
+                self._poller.unregister(fd)
+                ready.append((wait, True))
+        now = time.monotonic()
+        for fd, wait in list(self._io.items()):
+            if wait.deadline is not None and wait.deadline <= now:
+                del self._io[fd]
+                self._poller.unregister(fd)
+                ready.append((wait, False))
+        for wait, readable in ready:
+            wait.agent.switch(readable)  # back here at the agent's next wait
+        got = self._drain_inbox(block=False) if timeout > 0.0 else False
+        return bool(ready) or got
+
+    def wake(self) -> None:
+        """Wake the hub from its wait on its agents' connections (any thread)."""
+        # Under the lock: a descriptor the hub closed meanwhile may have been reused for another file.
+        with self._wake_lock:
+            if self._wake_fds is not None:
+                with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending already
+                    os.write(self._wake_fds[1], b"\0")
+
+    def _open_wake_pipe(self) -> None:
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        with self._wake_lock:
+            self._wake_fds = (r, w)
+        self._poller.register(r, select.POLLIN)
+
+    def _drain_wake_pipe(self) -> None:
+        assert self._wake_fds is not None
+        with contextlib.suppress(BlockingIOError):  # empty
+            while os.read(self._wake_fds[0], 4096):
+                pass
+
+    def _close_wake_pipe(self) -> None:
+        with self._wake_lock:
+            fds, self._wake_fds = self._wake_fds, None
+        if fds is not None:
+            for fd in fds:
+                os.close(fd)
 
     def _drain_inbox(self, block: bool) -> bool:
         if not block and self.inbox.empty():  # the common case, once per round: no exception raised
@@ -405,6 +528,7 @@ class Hub:
 
     def _shutdown(self, agents: list[greenlet.greenlet]) -> None:
         self.stopping = True
+        thread_waiter(None)  # an agent's cleanup below waits in place: nothing would switch back to it
         for g in agents:
             if not g.dead:
                 try:
@@ -413,6 +537,15 @@ class Hub:
                     pass
                 except Exception:  # noqa: BLE001 - an agent's cleanup failed while stopping
                     logger.debug("agent greenlet failed while stopping", exc_info=True)
+
+
+class _IoWait:
+    """An agent waiting for a connection: its greenlet, and its deadline (``time.monotonic``; None: none)."""
+
+    __slots__ = ("agent", "deadline")
+
+    def __init__(self, agent: greenlet.greenlet, deadline: float | None) -> None:
+        self.agent, self.deadline = agent, deadline
 
 
 def _row_items(
@@ -477,6 +610,7 @@ class CoroutineRuntime:
     def stop(self, timeout: float) -> list[str]:
         for hub in self.hubs:
             hub.stopping = True
+            hub.wake()
         deadline = time.monotonic() + timeout
         for hub in self.hubs:
             if hub.thread is not None:

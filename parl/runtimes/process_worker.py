@@ -410,13 +410,15 @@ class WorkerHub(Hub):
 
     def _drain_inbox(self, block: bool) -> bool:
         self.run_requests()
-        if block and self.messenger is not None:
-            # The hub is about to idle: report the episodes that ended meanwhile.
+        return super()._drain_inbox(block)
+
+    def _idle(self) -> None:
+        # The hub is about to idle: report the episodes that ended meanwhile.
+        if self.messenger is not None:
             try:
                 self.messenger.flush()
             except (EOFError, OSError):
                 logger.debug("worker hub %d could not report episodes: the learner is gone", self.index)
-        return super()._drain_inbox(block)
 
     def run_requests(self) -> None:
         """Run the requests queued so far (in the hub's thread, between agent switches)."""
@@ -516,6 +518,7 @@ class Worker:
                     logger.debug("dropped a learn result for agent %d, which was rebuilt since", agent_id)
             elif msg[0] == "helper_state":
                 self.hub.requests.put(functools.partial(self.answer_helper_states, msg[1]))
+                self.hub.wake()  # a hub waiting on its agents' env processes runs it now, not after a poll
             elif msg[0] == "stop":
                 self.stop_event.set()
 

@@ -1,0 +1,203 @@
+"""Envs in their own processes, waited for cooperatively: on a coroutine hub (the ``coroutines`` runtime, and
+each worker process) an agent waiting for its env's answer lets the hub's other agents run, so envs step in
+parallel and a hung env holds only its own agent."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import time
+from typing import Any
+
+import greenlet
+import pytest
+from test_agent_group_fakes import CounterEnv, StepAgent, echo_task_config
+
+import parl
+from parl.runtimes.coroutines import Hub
+from parl.runtimes.waits import thread_waiter, wait_readable
+
+pytestmark = pytest.mark.timeout(60)
+
+HUB_RUNTIMES = ["coroutines", "processes"]
+
+
+class LoggedEnv(CounterEnv):
+    """A CounterEnv whose ``step`` sleeps ``step_s`` and appends ``tag start end`` (system-wide monotonic
+    clock) to ``log``; with ``hang_at`` set, agent 0's env sleeps an hour at that step, once in any process
+    (the file ``log + ".hung"`` marks it)."""
+
+    def __init__(self, log: str, step_s: float, hang_at: int | None = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.log, self.step_s, self.hang_at = log, step_s, hang_at
+
+    def step(self, action: Any):
+        hangs = self.hang_at is not None and self.tag == 0 and self.t == self.hang_at
+        if hangs and not os.path.exists(self.log + ".hung"):
+            open(self.log + ".hung", "w").close()
+            with open(self.log, "a") as f:
+                f.write(f"hang {self.tag:.0f} {time.monotonic()}\n")
+            time.sleep(3600)
+        start = time.monotonic()
+        time.sleep(self.step_s)
+        with open(self.log, "a") as f:
+            f.write(f"step {self.tag:.0f} {start} {time.monotonic()}\n")
+        return super().step(action)
+
+
+def read_steps(log: str) -> list[tuple[int, float, float]]:
+    with open(log) as f:
+        return [(int(t), float(a), float(b)) for kind, t, a, b in (ln.split() for ln in f if ln.startswith("step "))]
+
+
+def isolated_manager(runtime: str, log: str, num_agents: int, step_s: float, **env: Any) -> parl.Manager:
+    return parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        lambda i: LoggedEnv(log, step_s, tag=i, length=5, **env),
+        parl.ManagerConfig(
+            runtime=runtime, num_agents=num_agents, num_workers=1, max_seconds=30,
+            faults=parl.FaultConfig(max_consecutive_faults=1, step_timeout_s=1.5),
+        ),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("runtime", HUB_RUNTIMES)
+def test_envs_in_their_own_processes_step_at_the_same_time_on_one_hub(runtime: str, tmp_path) -> None:
+    # Four agents on one hub (the coroutine runtime's, or one worker's). A step sleeps 0.2 s: steps
+    # that waited one after the other could never overlap.
+    log = str(tmp_path / "steps.log")
+    manager = isolated_manager(runtime, log, 4, 0.2)
+    report = manager.run(stop_when=lambda control: control.env_steps >= 12)
+    assert report.failures == [] and report.faults.env_hangs == 0
+    steps = read_steps(log)
+    overlapping = {
+        (a[0], b[0]) for a in steps for b in steps if a[0] < b[0] and a[1] < b[2] and b[1] < a[2]
+    }  # pairs of agents whose envs were inside a step at the same moment
+    assert len({t for t, _, _ in steps}) == 4 and len(overlapping) >= 3, (overlapping, steps)
+    assert mp.active_children() == []
+
+
+@pytest.mark.parametrize("runtime", HUB_RUNTIMES)
+def test_a_hung_env_holds_only_its_own_agent(runtime: str, tmp_path) -> None:
+    # Agent 0's env hangs at its second step until the 1.5 s deadline; agents 1-3 play on meanwhile.
+    log = str(tmp_path / "steps.log")
+    manager = isolated_manager(runtime, log, 4, 0.02, hang_at=1)
+    report = manager.run(stop_when=lambda control: len(control.returns[0]) >= 2)
+    assert report.faults.env_hangs == 1 and report.faults.episodes_cut == 1 and report.failures == []
+    with open(log) as f:
+        hung_at = next(float(ln.split()[2]) for ln in f if ln.startswith("hang "))
+    during = [s for s in read_steps(log) if s[0] != 0 and hung_at < s[1] and s[2] < hung_at + 1.4]
+    # A step takes 20 ms: in 1.4 s each of the three others takes tens (none while the hub is held).
+    assert {t for t, _, _ in during} == {1, 2, 3} and len(during) >= 15, during
+    assert mp.active_children() == []
+
+
+# ------------------------------------------------------------------ the hub's wait itself
+
+
+def run_on_hub(agents: list[Any], hub: Hub | None = None) -> Hub:
+    """Run ``agents`` (functions) as greenlets of ``hub`` (a fresh one) on its own thread, until all have
+    ended, as its scheduler does: the runnable agents, then a wait for the connections they wait on."""
+    hub = hub if hub is not None else Hub(0, poll_s=0.02)
+    done = threading.Event()
+
+    def body() -> None:
+        hub.thread_id, hub.main = threading.get_ident(), greenlet.getcurrent()
+        thread_waiter(hub.wait_readable)
+        try:
+            gs = [greenlet.greenlet(a) for a in agents]
+            hub.runnable.extend(gs)
+            while any(not g.dead for g in gs):
+                hub._run_runnable()
+                if hub._io:
+                    hub._wake_io(hub.poll_s)
+        finally:
+            thread_waiter(None)
+            hub._close_wake_pipe()
+            done.set()
+
+    threading.Thread(target=body, daemon=True).start()
+    assert done.wait(20)
+    return hub
+
+
+def test_a_hub_resumes_each_waiting_agent_when_its_connection_is_readable_or_at_its_deadline() -> None:
+    a_recv, a_send = mp.Pipe(duplex=False)
+    b_recv, _b_send = mp.Pipe(duplex=False)
+    seen: list[tuple[str, Any]] = []
+
+    def waits_for_a() -> None:
+        seen.append(("a", wait_readable(a_recv, 5.0)))
+        seen.append(("a got", a_recv.recv()))
+
+    def times_out() -> None:
+        start = time.monotonic()
+        seen.append(("b", wait_readable(b_recv, 0.1)))
+        seen.append(("b waited", time.monotonic() - start >= 0.1))
+
+    def sends() -> None:
+        seen.append(("c runs", True))  # while a and b wait
+        a_send.send("answer")
+
+    hub = run_on_hub([waits_for_a, times_out, sends])
+    assert seen[0] == ("c runs", True)
+    assert sorted(seen[1:]) == [("a", True), ("a got", "answer"), ("b", False), ("b waited", True)]
+    assert hub._io == {} and hub._wake_fds is None
+
+
+def test_a_spurious_wake_up_does_not_end_a_wait_and_a_second_waiter_on_one_connection_is_refused() -> None:
+    recv, send = mp.Pipe(duplex=False)
+    hub = Hub(0, poll_s=0.02)
+    seen: list[Any] = []
+    holder: dict[str, Any] = {}
+
+    def waits() -> None:
+        holder["g"] = greenlet.getcurrent()
+        seen.append(wait_readable(recv, 5.0))
+        seen.append(recv.recv())
+
+    def pokes() -> None:
+        hub.runnable.append(holder["g"])  # as a stop wakes every agent: woken, the wait goes on
+        with pytest.raises(RuntimeError, match="two agents of hub 0 wait on one connection"):
+            wait_readable(recv, 1.0)
+        seen.append("refused")
+        hub.runnable.append(holder["g"])  # and again, now with nothing to read yet
+        send.send("answer")
+
+    run_on_hub([waits, pokes], hub)
+    assert seen == ["refused", True, "answer"] and hub._io == {}
+
+
+def test_wait_readable_outside_a_hub_is_a_plain_poll() -> None:
+    recv, send = mp.Pipe(duplex=False)
+    assert wait_readable(recv, 0.01) is False
+    send.send(1)
+    assert wait_readable(recv, 0.01) is True
+
+
+def test_a_wait_ended_by_an_exception_thrown_in_is_no_fault_of_the_env_and_kills_its_process() -> None:
+    events: list[str] = []
+    env = parl.GuardedEnv(lambda: CounterEnv(length=10), parl.FaultConfig(step_timeout_s=5.0), events.append)
+    env.reset(seed=0)
+    host = env._host
+    assert host is not None
+    pid = host.process.pid
+
+    def stopped(conn: Any, timeout: float | None) -> bool:
+        raise parl.RunStopped("the run is stopping")
+
+    thread_waiter(stopped)
+    try:
+        with pytest.raises(parl.RunStopped, match="the run is stopping"):
+            env.step(0)
+    finally:
+        thread_waiter(None)
+    assert events == [] and env.consecutive_faults == 0  # not counted as the env's fault
+    assert host.killed and not host.process.is_alive() and env._host is None, pid
+    # The next call builds a new env process, which answers its own call (no stale answer in between).
+    obs, _ = env.reset(seed=0)
+    assert obs[1] == 0.0 and env.step(1)[1] == 2.0 and events == []
+    env.close()
+    assert mp.active_children() == []
