@@ -22,6 +22,7 @@ the env_processes section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -96,24 +97,36 @@ def measure(n: int, step_ms: float, seconds: float, repeats: int) -> list[dict[s
     ratios[IN_THREAD] = [r["steps_per_s"] / median_ref for r in runs[IN_THREAD]]
     rows = []
     for label, _, _ in ROWS:
-        row = {
+        cpu = known_median([r["cpu_us_per_step"] for r in runs[label]])
+        row: dict[str, Any] = {
             "row": label,
             "n": n,
             "step_ms": step_ms,
             "runs": len(runs[label]),
             "steps_per_s": statistics.median(r["steps_per_s"] for r in runs[label]),
-            "cpu_us_per_step": statistics.median(r["cpu_us_per_step"] for r in runs[label]),
+            "cpu_us_per_step": cpu,
             "ratio": 1.0 if label == IN_THREAD else statistics.median(ratios[label]),
             "ratio_lo": min(ratios[label]),
             "ratio_hi": max(ratios[label]),
         }
         print(
             f"N={n:<3d} {label:52s} {row['steps_per_s']:8.0f} steps/s ratio {row['ratio']:.2f} "
-            f"({row['ratio_lo']:.2f}-{row['ratio_hi']:.2f}) cpu {row['cpu_us_per_step']:.0f} us/step",
+            f"({row['ratio_lo']:.2f}-{row['ratio_hi']:.2f}) cpu {cpu_text(cpu)} us/step",
             flush=True,
         )
         rows.append(row)
     return rows
+
+
+def known_median(values: list[float]) -> float:
+    """The median of the values that are known: a run's CPU is unknown (NaN) when one of its env processes
+    started or ended within the window (see ``_Window``). NaN when none is known."""
+    known = [v for v in values if not math.isnan(v)]
+    return statistics.median(known) if known else float("nan")
+
+
+def cpu_text(us: float) -> str:
+    return "n/a" if math.isnan(us) else f"{us:.0f}"
 
 
 def markdown(rows: list[dict[str, Any]], step_ms: float, quick: bool) -> str:
@@ -134,7 +147,7 @@ def markdown(rows: list[dict[str, Any]], step_ms: float, quick: bool) -> str:
     for r in rows:
         lines.append(
             f"| {r['n']} | {r['row']} | {r['steps_per_s']:.0f} | {r['ratio']:.2f} ({r['ratio_lo']:.2f}-"
-            f"{r['ratio_hi']:.2f}) | {r['cpu_us_per_step']:.0f} |"
+            f"{r['ratio_hi']:.2f}) | {cpu_text(r['cpu_us_per_step'])} |"
         )
     return "\n".join(lines) + "\n"
 

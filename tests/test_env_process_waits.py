@@ -15,7 +15,9 @@ import pytest
 from test_agent_group_fakes import CounterEnv, StepAgent, echo_task_config
 
 import parl
+from parl.runtimes import waits
 from parl.runtimes.coroutines import Hub
+from parl.runtimes.process_worker import WorkerHub
 from parl.runtimes.waits import thread_waiter, wait_readable
 
 pytestmark = pytest.mark.timeout(60)
@@ -58,7 +60,8 @@ def isolated_manager(runtime: str, log: str, num_agents: int, step_s: float, **e
         lambda i: LoggedEnv(log, step_s, tag=i, length=5, **env),
         parl.ManagerConfig(
             runtime=runtime, num_agents=num_agents, num_workers=1, max_seconds=30,
-            faults=parl.FaultConfig(max_consecutive_faults=1, step_timeout_s=1.5),
+            # Room for a rebuild that is slow on a loaded machine: the hang stays the only fault counted.
+            faults=parl.FaultConfig(max_consecutive_faults=3, step_timeout_s=1.5, reset_timeout_s=10.0),
         ),
     )  # fmt: skip
 
@@ -200,4 +203,151 @@ def test_a_wait_ended_by_an_exception_thrown_in_is_no_fault_of_the_env_and_kills
     obs, _ = env.reset(seed=0)
     assert obs[1] == 0.0 and env.step(1)[1] == 2.0 and events == []
     env.close()
+    assert mp.active_children() == []
+
+
+def test_an_env_process_forked_from_a_hub_thread_does_not_inherit_the_hubs_waiter() -> None:
+    # The fork copies the forking thread's waiter (a hub that does not exist in the child).
+    class WaiterEnv(CounterEnv):
+        def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+            obs, _ = super().reset(seed=seed)
+            return obs, {"waiter": repr(getattr(waits._local, "waiter", None))}
+
+    def parents_waiter(conn: Any, timeout: float | None) -> bool:
+        return bool(conn.poll(timeout))
+
+    thread_waiter(parents_waiter)
+    try:
+        env = parl.GuardedEnv(WaiterEnv, parl.FaultConfig(step_timeout_s=5.0, start_method="fork"))
+    finally:
+        thread_waiter(None)
+    assert env.reset(seed=0)[1] == {"waiter": "None"}
+    env.close()
+
+
+def test_a_failing_wait_is_the_envs_fault_and_an_interrupted_env_keeps_its_spaces() -> None:
+    events: list[str] = []
+    env = parl.GuardedEnv(
+        lambda: CounterEnv(length=10), parl.FaultConfig(max_consecutive_faults=2, step_timeout_s=5.0), events.append
+    )
+    env.reset(seed=0)
+    first = env._host
+    assert first is not None
+
+    def broken_once(conn: Any, timeout: float | None) -> bool:
+        thread_waiter(None)  # the rebuild's wait is a plain poll again
+        raise OSError(9, "Bad file descriptor")
+
+    thread_waiter(broken_once)
+    try:
+        with pytest.raises(parl.EnvFault, match="waiting for the env process failed .*Bad file descriptor"):
+            env.step(0)
+    finally:
+        thread_waiter(None)
+    assert events == ["env_errors", "envs_rebuilt"] and env.consecutive_faults == 1
+    assert first.killed and env._host is not None and env._host is not first
+
+    def stopped(conn: Any, timeout: float | None) -> bool:
+        raise parl.RunStopped("the run is stopping")
+
+    thread_waiter(stopped)
+    try:
+        with pytest.raises(parl.RunStopped):
+            env.reset(seed=0)
+    finally:
+        thread_waiter(None)
+    assert env._host is None and env.observation_space.shape == (2,) and env.action_space.n == 7
+    env.close()
+    assert mp.active_children() == []
+
+
+def test_a_closed_or_given_up_env_refuses_calls_instead_of_building_itself_again() -> None:
+    built: list[int] = []
+
+    def make() -> CounterEnv:
+        built.append(1)
+        return CounterEnv(length=10, fail_at_step=0)
+
+    env = parl.GuardedEnv(make, parl.FaultConfig(max_consecutive_faults=1))  # in this process: builds counted
+    env.reset(seed=0)
+    with pytest.raises(parl.EnvFault):
+        env.step(0)
+    with pytest.raises(parl.EnvFaultLimitError):
+        env.step(0)
+    assert len(built) == 2
+    with pytest.raises(RuntimeError, match="env is closed, or was given up after too many faults; no reset"):
+        env.reset(seed=0)
+    env.close()
+    with pytest.raises(RuntimeError, match="env is closed"):
+        env.step(0)
+    assert len(built) == 2 and mp.active_children() == []
+
+
+def test_a_worker_hub_waiting_on_env_processes_reports_only_when_due() -> None:
+    class Messenger:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def flush(self) -> None:
+            self.calls.append("flush")
+
+        def flush_due(self) -> None:
+            self.calls.append("flush_due")
+
+    hub = WorkerHub(0, poll_s=0.02)
+    messenger = Messenger()
+    hub.messenger = messenger  # type: ignore[assignment]
+    hub._idle()  # nothing to wait for: whatever ended is reported at once
+    hub._io[5] = object()  # type: ignore[assignment]  # an agent waits for its env process
+    hub._idle()  # the hub waits at every round now: only a report that is due
+    assert messenger.calls == ["flush", "flush_due"]
+
+
+def test_an_exception_thrown_into_a_waiting_agent_unregisters_its_wait() -> None:
+    recv, send = mp.Pipe(duplex=False)
+    hub = Hub(0, poll_s=0.02)
+    seen: list[str] = []
+    holder: dict[str, Any] = {}
+
+    def waits(kind: type[BaseException]) -> None:
+        try:
+            wait_readable(recv, 5.0)
+        except kind:
+            seen.append(kind.__name__)
+            assert hub._io == {}
+            hub.runnable.append(holder["thrower"])
+
+    def thrower() -> None:
+        holder["thrower"] = greenlet.getcurrent()
+        for kind in (ValueError, greenlet.GreenletExit):
+            g = greenlet.greenlet(lambda kind=kind: waits(kind), parent=hub.main)
+            hub.runnable.append(greenlet.getcurrent())
+            g.switch()  # runs to its wait, which switches to the hub: back here as the hub runs this again
+            assert list(hub._io) == [recv.fileno()]
+            g.throw(kind("stop"))  # the waiter catches it and puts this agent back on the run queue
+
+    run_on_hub([thrower], hub)
+    assert seen == ["ValueError", "GreenletExit"] and hub._io == {}
+    send.send(1)
+    assert recv.poll(1.0)  # the connection itself is untouched
+
+
+@pytest.mark.parametrize("runtime", HUB_RUNTIMES)
+def test_a_stop_while_agents_wait_for_slow_env_processes_ends_the_run_without_faults(runtime: str, tmp_path) -> None:
+    # Every step takes 0.6 s; the stop comes while all four agents wait for one: the hub waits for the
+    # answers (no hang: they come well before the 5 s deadline), then the run ends with no child left.
+    log = str(tmp_path / "steps.log")
+    manager = parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        lambda i: LoggedEnv(log, 0.6, tag=i, length=50),
+        parl.ManagerConfig(
+            runtime=runtime, num_agents=4, num_workers=1, max_seconds=30,
+            faults=parl.FaultConfig(max_consecutive_faults=1, step_timeout_s=5.0, reset_timeout_s=10.0),
+        ),
+    )  # fmt: skip
+    start = time.monotonic()
+    report = manager.run(stop_when=lambda control: os.path.exists(log) and time.monotonic() - start > 1.0)
+    assert report.failures == [] and report.faults.env_hangs == 0 and report.faults.env_errors == 0
+    assert time.monotonic() - start < 10.0
     assert mp.active_children() == []

@@ -41,7 +41,7 @@ from typing import Any
 
 from parl.framework.errors import EnvFault, EnvFaultLimitError
 from parl.runtimes.faults import FaultConfig
-from parl.runtimes.waits import wait_readable
+from parl.runtimes.waits import thread_waiter, wait_readable
 
 __all__ = ["GuardedEnv", "guard_env"]
 
@@ -93,6 +93,7 @@ def _host_main(
     away instead of holding the pipe open itself.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this process ends
+    thread_waiter(None)  # a forked host inherits its parent thread's waiter (a hub that is not here)
     _die_with_parent(parent_pid)
     if parent_end is not None:
         parent_end.close()
@@ -155,6 +156,9 @@ class _EnvProcess:
         # On a coroutine hub the wait lets the hub's other agents run (and their envs step) meanwhile.
         try:
             readable = wait_readable(self.conn, timeout)
+        except (OSError, EOFError) as exc:  # the connection itself failed: the env's fault, as in recv
+            self.kill()
+            raise _RemoteFailure(f"waiting for the env process failed ({type(exc).__name__}: {exc})") from None
         except BaseException as exc:
             # An answer is still due, and would be read as the next call's: this process is done with.
             self.kill()
@@ -213,16 +217,18 @@ class GuardedEnv:
         self.consecutive_faults = 0
         self._env: Any = None
         self._host: _EnvProcess | None = None
+        self._spaces: tuple[Any, Any] = (None, None)  # an env process's, kept: an interrupted call drops it
+        self._interrupted = False  # the last call was interrupted (see _Interrupted): rebuild at the next
         self._build()
 
     # ------------------------------------------------------------- the env API
     @property
     def observation_space(self) -> Any:
-        return self._host.observation_space if self._host is not None else self._env.observation_space
+        return self._env.observation_space if self._env is not None else self._spaces[0]
 
     @property
     def action_space(self) -> Any:
-        return self._host.action_space if self._host is not None else self._env.action_space
+        return self._env.action_space if self._env is not None else self._spaces[1]
 
     @property
     def unwrapped(self) -> Any:
@@ -254,15 +260,18 @@ class GuardedEnv:
 
     # ------------------------------------------------------------- internals
     def _call(self, method: str, args: Any, timeout: float | None) -> Any:
-        if self._host is None and self._env is None:
-            self._build()  # the last call was interrupted (see _Interrupted), which discarded the env
+        if self._interrupted:
+            self._interrupted = False
+            self._build()  # the last call was interrupted, which discarded the env
+        elif self._host is None and self._env is None:
+            raise RuntimeError(f"{self.name} is closed, or was given up after too many faults; no {method}")
         try:
             if self._host is not None:
                 return self._host.call(method, args, timeout)
             return self._env.reset(**args) if method == "reset" else self._env.step(args)
         except _Interrupted as exc:
             # Not the env's fault: nothing is counted, and the exception thrown in goes on as it came.
-            self._host = None
+            self._host, self._interrupted = None, True
             assert exc.__cause__ is not None
             raise exc.__cause__ from None
         except _Hang as exc:
@@ -273,7 +282,7 @@ class GuardedEnv:
             self._fault("error", f"{method} raised {type(exc).__name__}: {exc}", exc)
         except BaseException:
             if self._host is not None and self._host.killed:  # a wait ended by GreenletExit, say
-                self._host = None
+                self._host, self._interrupted = None, True
             raise
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -310,11 +319,13 @@ class GuardedEnv:
         while True:
             try:
                 if self.config.isolated:
-                    self._host = _EnvProcess(self._make_env, self.config.start_method, self.config.reset_deadline_s)
+                    host = _EnvProcess(self._make_env, self.config.start_method, self.config.reset_deadline_s)
+                    self._host, self._spaces = host, (host.observation_space, host.action_space)
                 else:
                     self._env = self._make_env()
                 return
             except _Interrupted as exc:  # the run's stop, say: no fault of the env
+                self._interrupted = True
                 assert exc.__cause__ is not None
                 raise exc.__cause__ from None
             except Exception as exc:  # noqa: BLE001 - any failure to build is a fault

@@ -341,8 +341,8 @@ class Hub:
         if fd in self._io:
             raise RuntimeError(f"two agents of hub {self.index} wait on one connection (file descriptor {fd})")
         wait = _IoWait(me, None if timeout is None else time.monotonic() + timeout)
+        self._poller.register(fd, select.POLLIN)  # first: if it fails, nothing is left registered
         self._io[fd] = wait
-        self._poller.register(fd, select.POLLIN)
         try:
             while True:
                 woke = self.main.switch()

@@ -413,10 +413,15 @@ class WorkerHub(Hub):
         return super()._drain_inbox(block)
 
     def _idle(self) -> None:
-        # The hub is about to idle: report the episodes that ended meanwhile.
+        # The hub is about to wait: report the episodes that ended meanwhile. While agents wait for their
+        # env processes the hub waits at every round, so it reports only when due (one message per
+        # EPISODE_REPORT_S, not per round); with nothing to run at all, at once.
         if self.messenger is not None:
             try:
-                self.messenger.flush()
+                if self._io:
+                    self.messenger.flush_due()
+                else:
+                    self.messenger.flush()
             except (EOFError, OSError):
                 logger.debug("worker hub %d could not report episodes: the learner is gone", self.index)
 

@@ -8,7 +8,8 @@ process or Ray actor), the hub registers itself as the thread's waiter: the
 agent then switches away, the hub runs the thread's other agents and serves
 their predictions meanwhile, and switches back once the connection is
 readable or the deadline has passed. So envs in their own processes step in
-parallel, and a hung env holds only its own agent.
+parallel, and a hung env holds only its own agent while it is waited for (killing and replacing it
+take the thread for a moment).
 
 Example::
 
