@@ -73,7 +73,7 @@ def test_envs_in_their_own_processes_step_at_the_same_time_on_one_hub(runtime: s
     log = str(tmp_path / "steps.log")
     manager = isolated_manager(runtime, log, 4, 0.2)
     report = manager.run(stop_when=lambda control: control.env_steps >= 12)
-    assert report.failures == [] and report.faults.env_hangs == 0
+    assert report.failures == [] and report.faults.env_hangs == 0 and report.faults.env_errors == 0
     steps = read_steps(log)
     overlapping = {
         (a[0], b[0]) for a in steps for b in steps if a[0] < b[0] and a[1] < b[2] and b[1] < a[2]
@@ -89,6 +89,7 @@ def test_a_hung_env_holds_only_its_own_agent(runtime: str, tmp_path) -> None:
     manager = isolated_manager(runtime, log, 4, 0.02, hang_at=1)
     report = manager.run(stop_when=lambda control: len(control.returns[0]) >= 2)
     assert report.faults.env_hangs == 1 and report.faults.episodes_cut == 1 and report.failures == []
+    assert report.faults.env_errors == 0 and report.faults.envs_rebuilt == 1
     with open(log) as f:
         hung_at = next(float(ln.split()[2]) for ln in f if ln.startswith("hang "))
     during = [s for s in read_steps(log) if s[0] != 0 and hung_at < s[1] and s[2] < hung_at + 1.4]
@@ -275,12 +276,62 @@ def test_a_closed_or_given_up_env_refuses_calls_instead_of_building_itself_again
     with pytest.raises(parl.EnvFaultLimitError):
         env.step(0)
     assert len(built) == 2
-    with pytest.raises(RuntimeError, match="env is closed, or was given up after too many faults; no reset"):
+    with pytest.raises(RuntimeError, match="env was given up after too many faults; no reset"):
         env.reset(seed=0)
     env.close()
-    with pytest.raises(RuntimeError, match="env is closed"):
+    with pytest.raises(RuntimeError, match="env is closed; no step"):
         env.step(0)
     assert len(built) == 2 and mp.active_children() == []
+    assert env.observation_space.shape == (2,) and env.action_space.n == 7  # still known, as an env process's
+
+
+def test_an_env_closed_by_another_thread_during_a_call_is_neither_counted_nor_built_again(tmp_path) -> None:
+    # As Manager.stop closes the env of an agent still waiting for its step: no fault, no new process.
+    events: list[str] = []
+    log = str(tmp_path / "steps.log")
+    env = parl.GuardedEnv(
+        lambda: LoggedEnv(log, 2.0, length=10), parl.FaultConfig(max_consecutive_faults=3, step_timeout_s=10.0),
+        events.append,
+    )  # fmt: skip
+    env.reset(seed=0)
+    threading.Timer(0.3, env.close).start()
+    with pytest.raises(RuntimeError, match="env was closed during the call"):
+        env.step(0)
+    assert events == [] and env.consecutive_faults == 0 and env._host is None
+    with pytest.raises(RuntimeError, match="env is closed; no reset"):
+        env.reset(seed=0)
+    deadline = time.monotonic() + 5.0
+    while mp.active_children() and time.monotonic() < deadline:  # the closing thread reaps the process
+        time.sleep(0.05)
+    assert mp.active_children() == []
+
+
+def test_an_interrupted_env_rebuilds_at_its_next_call_even_after_an_interrupted_rebuild_but_not_once_closed() -> None:
+    events: list[str] = []
+    env = parl.GuardedEnv(lambda: CounterEnv(length=10), parl.FaultConfig(step_timeout_s=5.0), events.append)
+
+    def raises_once(exc: BaseException) -> Any:
+        def waiter(conn: Any, timeout: float | None) -> bool:
+            thread_waiter(None)
+            raise exc
+
+        return waiter
+
+    thread_waiter(raises_once(parl.RunStopped("the run is stopping")))
+    with pytest.raises(parl.RunStopped):
+        env.reset(seed=0)
+    thread_waiter(raises_once(greenlet.GreenletExit()))  # the rebuild itself is interrupted, by a BaseException
+    with pytest.raises(greenlet.GreenletExit):
+        env.reset(seed=0)
+    assert env._host is None and mp.active_children() == []
+    assert env.reset(seed=0)[0][1] == 0.0 and events == []  # built at this call
+    thread_waiter(raises_once(parl.RunStopped("the run is stopping")))
+    with pytest.raises(parl.RunStopped):
+        env.step(0)
+    env.close()
+    with pytest.raises(RuntimeError, match="env is closed; no reset"):
+        env.reset(seed=0)
+    assert mp.active_children() == []
 
 
 def test_a_worker_hub_waiting_on_env_processes_reports_only_when_due() -> None:
@@ -330,12 +381,51 @@ def test_an_exception_thrown_into_a_waiting_agent_unregisters_its_wait() -> None
     assert seen == ["ValueError", "GreenletExit"] and hub._io == {}
     send.send(1)
     assert recv.poll(1.0)  # the connection itself is untouched
+    recv.close()
+    send.close()
+
+
+def test_a_wait_the_hub_cannot_register_leaves_nothing_behind_and_a_hub_failure_is_not_the_connections() -> None:
+    class NoDescriptor:
+        def fileno(self) -> int:
+            return -1
+
+        def poll(self, timeout: float | None = None) -> bool:
+            return False
+
+    hub = Hub(0, poll_s=0.02)
+    seen: list[str] = []
+
+    def registers() -> None:
+        with pytest.raises(ValueError):
+            wait_readable(NoDescriptor(), 1.0)
+        seen.append(f"io {hub._io}")
+
+    run_on_hub([registers], hub)
+    assert seen == ["io {}"]
+
+    def no_pipe() -> None:
+        raise OSError(24, "Too many open files")
+
+    hub = Hub(1, poll_s=0.02)
+    hub._open_wake_pipe = no_pipe  # type: ignore[method-assign]
+    recv, send = mp.Pipe(duplex=False)
+
+    def waits() -> None:
+        with pytest.raises(RuntimeError, match="hub 1 could not open its wake-up pipe: .*Too many open files"):
+            wait_readable(recv, 1.0)
+        seen.append("refused")
+
+    run_on_hub([waits], hub)
+    assert seen[-1] == "refused" and hub._io == {}
+    recv.close()
+    send.close()
 
 
 @pytest.mark.parametrize("runtime", HUB_RUNTIMES)
 def test_a_stop_while_agents_wait_for_slow_env_processes_ends_the_run_without_faults(runtime: str, tmp_path) -> None:
     # Every step takes 0.6 s; the stop comes while all four agents wait for one: the hub waits for the
-    # answers (no hang: they come well before the 5 s deadline), then the run ends with no child left.
+    # answers (no hang: they come well before the 20 s deadline), then the run ends with no child left.
     log = str(tmp_path / "steps.log")
     manager = parl.Manager(
         [echo_task_config()],
@@ -343,11 +433,20 @@ def test_a_stop_while_agents_wait_for_slow_env_processes_ends_the_run_without_fa
         lambda i: LoggedEnv(log, 0.6, tag=i, length=50),
         parl.ManagerConfig(
             runtime=runtime, num_agents=4, num_workers=1, max_seconds=30,
-            faults=parl.FaultConfig(max_consecutive_faults=1, step_timeout_s=5.0, reset_timeout_s=10.0),
+            faults=parl.FaultConfig(max_consecutive_faults=1, step_timeout_s=20.0, reset_timeout_s=10.0),
         ),
     )  # fmt: skip
-    start = time.monotonic()
-    report = manager.run(stop_when=lambda control: os.path.exists(log) and time.monotonic() - start > 1.0)
+    stopped: list[float] = []
+
+    def stop_when(control: Any) -> bool:
+        if not stopped and os.path.exists(log):  # a step has ended: the agents are inside their next ones
+            stopped.append(time.monotonic())
+        return bool(stopped)
+
+    report = manager.run(stop_when=stop_when)
+    ended = time.monotonic()
     assert report.failures == [] and report.faults.env_hangs == 0 and report.faults.env_errors == 0
-    assert time.monotonic() - start < 10.0
+    # The stop came while steps were in progress, and the run waited for them (0.6 s), not for a deadline (20 s).
+    assert any(start < stopped[0] < end for _, start, end in read_steps(log)), (stopped, read_steps(log))
+    assert ended - stopped[0] < 10.0
     assert mp.active_children() == []

@@ -217,8 +217,9 @@ class GuardedEnv:
         self.consecutive_faults = 0
         self._env: Any = None
         self._host: _EnvProcess | None = None
-        self._spaces: tuple[Any, Any] = (None, None)  # an env process's, kept: an interrupted call drops it
+        self._spaces: tuple[Any, Any] = (None, None)  # kept: an interrupted call, or close, drops the env
         self._interrupted = False  # the last call was interrupted (see _Interrupted): rebuild at the next
+        self._closed = False
         self._build()
 
     # ------------------------------------------------------------- the env API
@@ -250,6 +251,7 @@ class GuardedEnv:
         return result
 
     def close(self) -> None:
+        self._closed = True  # first: a call waiting in another thread must not build the env again
         if self._host is not None:
             self._host.close()
             self._host = None
@@ -260,11 +262,13 @@ class GuardedEnv:
 
     # ------------------------------------------------------------- internals
     def _call(self, method: str, args: Any, timeout: float | None) -> Any:
+        if self._closed:
+            raise RuntimeError(f"{self.name} is closed; no {method}")
         if self._interrupted:
             self._interrupted = False
             self._build()  # the last call was interrupted, which discarded the env
         elif self._host is None and self._env is None:
-            raise RuntimeError(f"{self.name} is closed, or was given up after too many faults; no {method}")
+            raise RuntimeError(f"{self.name} was given up after too many faults; no {method}")
         try:
             if self._host is not None:
                 return self._host.call(method, args, timeout)
@@ -288,6 +292,8 @@ class GuardedEnv:
 
     def _fault(self, kind: str, what: str, cause: BaseException | None) -> None:
         """Count a fault, throw the env away and rebuild it; always raises."""
+        if self._closed:  # closed by another thread (a stop) while this call waited: no fault, no rebuild
+            raise RuntimeError(f"{self.name} was closed during the call ({what.splitlines()[0]})")
         self.consecutive_faults += 1
         self._on_fault("env_hangs" if kind == "hang" else "env_errors")
         logger.warning("%s: %s (fault %d in a row)", self.name, what.splitlines()[0], self.consecutive_faults)
@@ -322,7 +328,9 @@ class GuardedEnv:
                     host = _EnvProcess(self._make_env, self.config.start_method, self.config.reset_deadline_s)
                     self._host, self._spaces = host, (host.observation_space, host.action_space)
                 else:
-                    self._env = self._make_env()
+                    env = self._make_env()
+                    self._env = env
+                    self._spaces = (getattr(env, "observation_space", None), getattr(env, "action_space", None))
                 return
             except _Interrupted as exc:  # the run's stop, say: no fault of the env
                 self._interrupted = True
@@ -337,6 +345,9 @@ class GuardedEnv:
                         f"FaultConfig.max_consecutive_faults={self.config.max_consecutive_faults}): {exc}"
                     ) from exc
                 logger.warning("%s: building it failed (%s); trying again", self.name, exc)
+            except BaseException:  # GreenletExit, KeyboardInterrupt: not built, so build at the next call
+                self._interrupted = True
+                raise
 
 
 def guard_env(

@@ -336,7 +336,10 @@ class Hub:
         if me is self.main or threading.get_ident() != self.thread_id:
             return conn.poll(timeout)
         if self._wake_fds is None:
-            self._open_wake_pipe()
+            try:
+                self._open_wake_pipe()
+            except OSError as exc:  # the hub's own failure (no file descriptors left), not the connection's
+                raise RuntimeError(f"hub {self.index} could not open its wake-up pipe: {exc}") from exc
         fd = conn.fileno()
         if fd in self._io:
             raise RuntimeError(f"two agents of hub {self.index} wait on one connection (file descriptor {fd})")
