@@ -294,7 +294,7 @@ def test_an_env_closed_by_another_thread_during_a_call_is_neither_counted_nor_bu
         events.append,
     )  # fmt: skip
     env.reset(seed=0)
-    closer = threading.Timer(0.3, env.close)
+    closer = threading.Timer(1.0, env.close)  # the step takes 2 s: well inside it
     closer.start()
     with pytest.raises(RuntimeError, match="env was closed during the call"):
         env.step(0)  # ends as soon as the process is gone, which may be before close returns
@@ -303,6 +303,37 @@ def test_an_env_closed_by_another_thread_during_a_call_is_neither_counted_nor_bu
         env.reset(seed=0)
     closer.join(10.0)
     assert not closer.is_alive() and env._host is None and mp.active_children() == []
+
+
+class SlowRebuildEnv(CounterEnv):
+    """Fails at its first step; every build after the first (marked by the file ``marker``) takes 1.5 s."""
+
+    def __init__(self, marker: str) -> None:
+        if os.path.exists(marker):
+            time.sleep(1.5)
+        open(marker, "a").close()
+        super().__init__(length=10, fail_at_step=0)
+
+
+def test_an_env_closed_while_a_fault_rebuilds_it_ends_what_was_built(tmp_path) -> None:
+    # The step's error is a fault (counted); the stop closes the env while its replacement is being built:
+    # the replacement is ended, not left running behind the closed env.
+    events: list[str] = []
+    marker = str(tmp_path / "built")
+    env = parl.GuardedEnv(
+        lambda: SlowRebuildEnv(marker), parl.FaultConfig(max_consecutive_faults=3, step_timeout_s=10.0),
+        events.append,
+    )  # fmt: skip
+    env.reset(seed=0)
+    closer = threading.Timer(0.7, env.close)
+    closer.start()
+    with pytest.raises(RuntimeError, match="env was closed while it was being built again"):
+        env.step(0)
+    closer.join(10.0)
+    assert events == ["env_errors"] and env._host is None
+    assert mp.active_children() == []
+    with pytest.raises(RuntimeError, match="env is closed; no step"):
+        env.step(0)
 
 
 def test_an_interrupted_env_rebuilds_at_its_next_call_even_after_an_interrupted_rebuild_but_not_once_closed() -> None:
@@ -438,7 +469,9 @@ def test_a_stop_while_agents_wait_for_slow_env_processes_ends_the_run_without_fa
     stopped: list[float] = []
 
     def stop_when(control: Any) -> bool:
-        if not stopped and os.path.exists(log):  # a step has ended: the agents are inside their next ones
+        # 0.3 s after the first step ended: in the middle of that agent's next step.
+        steps = read_steps(log) if not stopped and os.path.exists(log) else []
+        if steps and time.monotonic() >= min(end for _, _, end in steps) + 0.3:
             stopped.append(time.monotonic())
         return bool(stopped)
 
@@ -448,4 +481,22 @@ def test_a_stop_while_agents_wait_for_slow_env_processes_ends_the_run_without_fa
     # The stop came while steps were in progress, and the run waited for them (0.6 s), not for a deadline (20 s).
     assert any(start < stopped[0] < end for _, start, end in read_steps(log)), (stopped, read_steps(log))
     assert ended - stopped[0] < 10.0
+    assert mp.active_children() == []
+
+
+def test_env_processes_start_one_at_a_time_so_no_host_inherits_anothers_pipe() -> None:
+    # While one start holds the lock (between its pipe and the close of the pipe's child end), another
+    # thread's start waits: a host forked in between would keep that end open after its owner died.
+    from parl.envs import guarded
+
+    built: list[Any] = []
+    config = parl.FaultConfig(step_timeout_s=5.0)
+    with guarded._START_LOCK:
+        starter = threading.Thread(target=lambda: built.append(parl.GuardedEnv(lambda: CounterEnv(), config)))
+        starter.start()
+        starter.join(0.5)
+        assert starter.is_alive() and built == [] and mp.active_children() == []
+    starter.join(10.0)
+    assert len(built) == 1 and len(mp.active_children()) == 1
+    built[0].close()
     assert mp.active_children() == []

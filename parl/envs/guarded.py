@@ -35,6 +35,7 @@ import multiprocessing.connection as mpc
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -125,20 +126,28 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
+_START_LOCK = threading.Lock()
+"""Held from a host's pipe to the close of its child end: a host forked meanwhile by another thread would
+keep that end open, and a dead host's parent would then see no end of file (only its deadline)."""
+
+
 class _EnvProcess:
     """One env in its own process, called with deadlines."""
 
     def __init__(self, make_env: Callable[[], Any], start_method: str, timeout: float | None) -> None:
         ctx: Any = mp.get_context(start_method)
         self.killed = False
-        self.conn, child = ctx.Pipe(duplex=True)
-        inherited = self.conn if start_method == "fork" else None  # a spawned host gets no copy of it
         parent = None if start_method == "forkserver" else os.getpid()  # a forkserver host's parent is the server
-        self.process = ctx.Process(
-            target=_host_main, args=(make_env, child, parent, inherited), name="parl-env", daemon=True
-        )
-        self.process.start()
-        child.close()
+        with _START_LOCK:
+            self.conn, child = ctx.Pipe(duplex=True)
+            inherited = self.conn if start_method == "fork" else None  # a spawned host gets no copy of it
+            self.process = ctx.Process(
+                target=_host_main, args=(make_env, child, parent, inherited), name="parl-env", daemon=True
+            )
+            try:
+                self.process.start()
+            finally:
+                child.close()
         try:
             self.observation_space, self.action_space = self._answer(timeout)
         except BaseException:
@@ -220,6 +229,7 @@ class GuardedEnv:
         self._spaces: tuple[Any, Any] = (None, None)  # kept: an interrupted call, or close, drops the env
         self._interrupted = False  # the last call was interrupted (see _Interrupted): rebuild at the next
         self._closed = False
+        self._lock = threading.Lock()  # guards _closed against the env being set (see close)
         self._build()
 
     # ------------------------------------------------------------- the env API
@@ -251,14 +261,17 @@ class GuardedEnv:
         return result
 
     def close(self) -> None:
-        self._closed = True  # first: a call waiting in another thread must not build the env again
-        if self._host is not None:
-            self._host.close()
-            self._host = None
-        if self._env is not None:
+        # Under the lock: a call in another thread (a stop closing a leaked agent's env) that builds the
+        # env meanwhile sees the close and ends what it built (_keep), rather than leave it running.
+        with self._lock:
+            self._closed = True
+            host, self._host = self._host, None
+            env, self._env = self._env, None
+        if host is not None:
+            host.close()
+        if env is not None:
             with contextlib.suppress(Exception):
-                self._env.close()
-            self._env = None
+                env.close()
 
     # ------------------------------------------------------------- internals
     def _call(self, method: str, args: Any, timeout: float | None) -> Any:
@@ -309,29 +322,44 @@ class GuardedEnv:
         raise EnvFault(f"{self.name}: {what.splitlines()[0]}; the env was rebuilt", kind, self.consecutive_faults)
 
     def _discard(self, killed: bool) -> None:
-        if self._host is not None:
+        with self._lock:
+            host, self._host = self._host, None
+            env, self._env = self._env, None
+        if host is not None:
             if killed:
-                self._host.kill()
+                host.kill()
             else:
-                self._host.close()
-            self._host = None
-        elif self._env is not None:
+                host.close()
+        elif env is not None:
             with contextlib.suppress(Exception):
-                self._env.close()
-            self._env = None
+                env.close()
+
+    def _keep(self, host: _EnvProcess | None, env: Any) -> None:
+        """Make a newly built env this one's, unless it was closed meanwhile: then end it, and raise."""
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._host, self._env = host, env
+        if closed:
+            if host is not None:
+                host.close()
+            elif env is not None:
+                with contextlib.suppress(Exception):
+                    env.close()
+            raise RuntimeError(f"{self.name} was closed while it was being built again")
 
     def _build(self) -> None:
         """Build the env; a build that fails or hangs counts as a fault of its own."""
         while True:
+            host: _EnvProcess | None = None
+            env: Any = None
             try:
                 if self.config.isolated:
                     host = _EnvProcess(self._make_env, self.config.start_method, self.config.reset_deadline_s)
-                    self._host, self._spaces = host, (host.observation_space, host.action_space)
+                    spaces = (host.observation_space, host.action_space)
                 else:
                     env = self._make_env()
-                    self._env = env
-                    self._spaces = (getattr(env, "observation_space", None), getattr(env, "action_space", None))
-                return
+                    spaces = (getattr(env, "observation_space", None), getattr(env, "action_space", None))
             except _Interrupted as exc:  # the run's stop, say: no fault of the env
                 self._interrupted = True
                 assert exc.__cause__ is not None
@@ -348,6 +376,10 @@ class GuardedEnv:
             except BaseException:  # GreenletExit, KeyboardInterrupt: not built, so build at the next call
                 self._interrupted = True
                 raise
+            else:
+                self._spaces = spaces
+                self._keep(host, env)  # raises if the env was closed meanwhile (by another thread)
+                return
 
 
 def guard_env(
