@@ -491,7 +491,7 @@ def test_env_processes_start_one_at_a_time_so_no_host_inherits_anothers_pipe() -
 
     built: list[Any] = []
     config = parl.FaultConfig(step_timeout_s=5.0)
-    with guarded._START_LOCK:
+    with guarded._start_lock():
         starter = threading.Thread(target=lambda: built.append(parl.GuardedEnv(lambda: CounterEnv(), config)))
         starter.start()
         starter.join(0.5)
@@ -500,3 +500,26 @@ def test_env_processes_start_one_at_a_time_so_no_host_inherits_anothers_pipe() -
     assert len(built) == 1 and len(mp.active_children()) == 1
     built[0].close()
     assert mp.active_children() == []
+
+
+def _starts_an_env(ready: Any) -> None:
+    env = parl.GuardedEnv(lambda: CounterEnv(), parl.FaultConfig(step_timeout_s=5.0))
+    ready.send(env.reset(seed=0)[0].tolist())
+    env.close()
+
+
+def test_a_process_forked_while_an_env_process_starts_can_start_env_processes_of_its_own() -> None:
+    # Forked while this process held its start lock (another thread starting an env): the child's
+    # lock is its own, not a copy held for ever.
+    from parl.envs import guarded
+
+    recv, send = mp.get_context("fork").Pipe(duplex=False)
+    with guarded._start_lock():
+        child = mp.get_context("fork").Process(target=_starts_an_env, args=(send,))  # may have children
+        child.start()
+    assert recv.poll(15.0), "the forked process could not start an env process"
+    assert recv.recv() == [0.0, 0.0]
+    child.join(10.0)
+    assert child.exitcode == 0 and mp.active_children() == []
+    recv.close()
+    send.close()

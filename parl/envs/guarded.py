@@ -126,9 +126,17 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
-_START_LOCK = threading.Lock()
-"""Held from a host's pipe to the close of its child end: a host forked meanwhile by another thread would
-keep that end open, and a dead host's parent would then see no end of file (only its deadline)."""
+_START_LOCKS: dict[int, threading.Lock] = {}
+
+
+def _start_lock() -> threading.Lock:
+    """This process's lock held from a host's pipe to the close of its child end: a host forked meanwhile
+    by another thread would keep that end open, and a dead host's parent would then see no end of file
+    (only its deadline). One per process: a process forked while the lock was held gets a lock of its own
+    rather than a copy that nobody will release."""
+    pid = os.getpid()
+    lock = _START_LOCKS.get(pid)
+    return lock if lock is not None else _START_LOCKS.setdefault(pid, threading.Lock())
 
 
 class _EnvProcess:
@@ -138,7 +146,7 @@ class _EnvProcess:
         ctx: Any = mp.get_context(start_method)
         self.killed = False
         parent = None if start_method == "forkserver" else os.getpid()  # a forkserver host's parent is the server
-        with _START_LOCK:
+        with _start_lock():
             self.conn, child = ctx.Pipe(duplex=True)
             inherited = self.conn if start_method == "fork" else None  # a spawned host gets no copy of it
             self.process = ctx.Process(
