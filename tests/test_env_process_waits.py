@@ -181,6 +181,16 @@ def test_wait_readable_outside_a_hub_is_a_plain_poll() -> None:
     assert wait_readable(recv, 0.01) is True
 
 
+def waiter_raising_once(exc: BaseException) -> Any:
+    """A thread waiter that raises ``exc`` at its first wait and makes the next waits plain polls again."""
+
+    def waiter(conn: Any, timeout: float | None) -> bool:
+        thread_waiter(None)
+        raise exc
+
+    return waiter
+
+
 def test_a_wait_ended_by_an_exception_thrown_in_is_no_fault_of_the_env_and_kills_its_process() -> None:
     events: list[str] = []
     env = parl.GuardedEnv(lambda: CounterEnv(length=10), parl.FaultConfig(step_timeout_s=5.0), events.append)
@@ -189,10 +199,7 @@ def test_a_wait_ended_by_an_exception_thrown_in_is_no_fault_of_the_env_and_kills
     assert host is not None
     pid = host.process.pid
 
-    def stopped(conn: Any, timeout: float | None) -> bool:
-        raise parl.RunStopped("the run is stopping")
-
-    thread_waiter(stopped)
+    thread_waiter(waiter_raising_once(parl.RunStopped("the run is stopping")))
     try:
         with pytest.raises(parl.RunStopped, match="the run is stopping"):
             env.step(0)
@@ -235,11 +242,7 @@ def test_a_failing_wait_is_the_envs_fault_and_an_interrupted_env_keeps_its_space
     first = env._host
     assert first is not None
 
-    def broken_once(conn: Any, timeout: float | None) -> bool:
-        thread_waiter(None)  # the rebuild's wait is a plain poll again
-        raise OSError(9, "Bad file descriptor")
-
-    thread_waiter(broken_once)
+    thread_waiter(waiter_raising_once(OSError(9, "Bad file descriptor")))  # the rebuild's wait: a plain poll
     try:
         with pytest.raises(parl.EnvFault, match="waiting for the env process failed .*Bad file descriptor"):
             env.step(0)
@@ -248,10 +251,7 @@ def test_a_failing_wait_is_the_envs_fault_and_an_interrupted_env_keeps_its_space
     assert events == ["env_errors", "envs_rebuilt"] and env.consecutive_faults == 1
     assert first.killed and env._host is not None and env._host is not first
 
-    def stopped(conn: Any, timeout: float | None) -> bool:
-        raise parl.RunStopped("the run is stopping")
-
-    thread_waiter(stopped)
+    thread_waiter(waiter_raising_once(parl.RunStopped("the run is stopping")))
     try:
         with pytest.raises(parl.RunStopped):
             env.reset(seed=0)
@@ -340,22 +340,15 @@ def test_an_interrupted_env_rebuilds_at_its_next_call_even_after_an_interrupted_
     events: list[str] = []
     env = parl.GuardedEnv(lambda: CounterEnv(length=10), parl.FaultConfig(step_timeout_s=5.0), events.append)
 
-    def raises_once(exc: BaseException) -> Any:
-        def waiter(conn: Any, timeout: float | None) -> bool:
-            thread_waiter(None)
-            raise exc
-
-        return waiter
-
-    thread_waiter(raises_once(parl.RunStopped("the run is stopping")))
+    thread_waiter(waiter_raising_once(parl.RunStopped("the run is stopping")))
     with pytest.raises(parl.RunStopped):
         env.reset(seed=0)
-    thread_waiter(raises_once(greenlet.GreenletExit()))  # the rebuild itself is interrupted, by a BaseException
+    thread_waiter(waiter_raising_once(greenlet.GreenletExit()))  # the rebuild itself is interrupted, by a BaseException
     with pytest.raises(greenlet.GreenletExit):
         env.reset(seed=0)
     assert env._host is None and mp.active_children() == []
     assert env.reset(seed=0)[0][1] == 0.0 and events == []  # built at this call
-    thread_waiter(raises_once(parl.RunStopped("the run is stopping")))
+    thread_waiter(waiter_raising_once(parl.RunStopped("the run is stopping")))
     with pytest.raises(parl.RunStopped):
         env.step(0)
     env.close()

@@ -122,6 +122,18 @@ def _host_main(
                 env.close()
 
 
+def _end(host: _EnvProcess | None, env: Any, kill: bool = False) -> None:
+    """End an env process (killed, or asked to close) or an env in this process, whichever is given."""
+    if host is not None:
+        if kill:
+            host.kill()
+        else:
+            host.close()
+    if env is not None:
+        with contextlib.suppress(Exception):
+            env.close()
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
@@ -134,9 +146,7 @@ def _start_lock() -> threading.Lock:
     by another thread would keep that end open, and a dead host's parent would then see no end of file
     (only its deadline). One per process: a process forked while the lock was held gets a lock of its own
     rather than a copy that nobody will release."""
-    pid = os.getpid()
-    lock = _START_LOCKS.get(pid)
-    return lock if lock is not None else _START_LOCKS.setdefault(pid, threading.Lock())
+    return _START_LOCKS.setdefault(os.getpid(), threading.Lock())
 
 
 class _EnvProcess:
@@ -275,11 +285,7 @@ class GuardedEnv:
             self._closed = True
             host, self._host = self._host, None
             env, self._env = self._env, None
-        if host is not None:
-            host.close()
-        if env is not None:
-            with contextlib.suppress(Exception):
-                env.close()
+        _end(host, env)
 
     # ------------------------------------------------------------- internals
     def _call(self, method: str, args: Any, timeout: float | None) -> Any:
@@ -333,14 +339,7 @@ class GuardedEnv:
         with self._lock:
             host, self._host = self._host, None
             env, self._env = self._env, None
-        if host is not None:
-            if killed:
-                host.kill()
-            else:
-                host.close()
-        elif env is not None:
-            with contextlib.suppress(Exception):
-                env.close()
+        _end(host, env, kill=killed)
 
     def _keep(self, host: _EnvProcess | None, env: Any) -> None:
         """Make a newly built env this one's, unless it was closed meanwhile: then end it, and raise."""
@@ -349,11 +348,7 @@ class GuardedEnv:
             if not closed:
                 self._host, self._env = host, env
         if closed:
-            if host is not None:
-                host.close()
-            elif env is not None:
-                with contextlib.suppress(Exception):
-                    env.close()
+            _end(host, env)
             raise RuntimeError(f"{self.name} was closed while it was being built again")
 
     def _build(self) -> None:
