@@ -281,10 +281,7 @@ class GuardedEnv:
     def close(self) -> None:
         # Under the lock: a call in another thread (a stop closing a leaked agent's env) that builds the
         # env meanwhile sees the close and ends what it built (_keep), rather than leave it running.
-        with self._lock:
-            self._closed = True
-            host, self._host = self._host, None
-            env, self._env = self._env, None
+        host, env = self._take(closing=True)
         _end(host, env)
 
     # ------------------------------------------------------------- internals
@@ -335,10 +332,17 @@ class GuardedEnv:
         self._on_fault("envs_rebuilt")
         raise EnvFault(f"{self.name}: {what.splitlines()[0]}; the env was rebuilt", kind, self.consecutive_faults)
 
-    def _discard(self, killed: bool) -> None:
+    def _take(self, closing: bool = False) -> tuple[_EnvProcess | None, Any]:
+        """Take the env away from this object under the lock (marking it closed if ``closing``); the
+        caller ends what it gets."""
         with self._lock:
+            self._closed = self._closed or closing
             host, self._host = self._host, None
             env, self._env = self._env, None
+        return host, env
+
+    def _discard(self, killed: bool) -> None:
+        host, env = self._take()
         _end(host, env, kill=killed)
 
     def _keep(self, host: _EnvProcess | None, env: Any) -> None:
