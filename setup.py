@@ -18,6 +18,8 @@ setup(
         "numpy>=1.24",
         "gymnasium>=0.29",
         "greenlet>=3.0",
+        # Checkpoints: data-only files (parl.utils.safe_store); also a dependency of paddlepaddle.
+        "safetensors>=0.4",
     ],
     extras_require={
         "test": [

@@ -43,6 +43,7 @@ from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import BatchStats, ComputationWrapper, WrapperConfig
 from parl.framework.errors import (
     AgentError,
+    CheckpointError,
     EnvFault,
     EnvFaultLimitError,
     HelperStateError,
@@ -75,6 +76,7 @@ __all__ = [
     "TrainConfig",
     "Trainer",
     "TrainSummary",
+    "CheckpointError",
     "EnvFault",
     "EnvFaultLimitError",
     "HelperStateError",

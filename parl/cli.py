@@ -1,4 +1,4 @@
-"""The ``parl`` command: train an experiment, evaluate a checkpoint, plot a run.
+"""The ``parl`` command: train an experiment, evaluate a checkpoint, plot a run, convert old checkpoints.
 
 ::
 
@@ -9,6 +9,11 @@
     parl eval runs/a                                      # best model (or latest checkpoint), 20 episodes
     parl eval runs/a/checkpoints/step_000000050000 --episodes 50
     parl plot runs/a                                      # runs/a/learning_curves.png
+    parl convert runs/old --trust-pickle                  # old pickle checkpoints to the data-only format
+
+Checkpoints hold data only (safetensors), so ``eval`` and ``train --resume`` execute nothing they
+read. ``convert`` rewrites checkpoints of the old pickle format in place; it unpickles them, which
+runs any code they hold, so it trusts them and runs only with ``--trust-pickle``.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ import argparse
 import dataclasses
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from parl.framework.errors import CheckpointError
 
 __all__ = ["main"]
 
@@ -79,6 +87,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         make_eval_env=experiment.make_eval_env(config),
         eval_task=experiment.eval_task,
         full_config={"experiment": spec, "config": config},
+        stop_on_signals=True,  # SIGTERM or Ctrl-C: a clean stop with a final checkpoint
     )
     summary = trainer.run(resume=args.resume)
     c = summary.counters
@@ -87,6 +96,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         f" (segment {c.segments}); best eval {summary.best_eval:.1f}; solved: {summary.solved}"
     )
     print(f"run directory: {summary.run_dir}  last checkpoint: {summary.last_checkpoint}")
+    if summary.stopped_by is not None:
+        print(f"stopped by {summary.stopped_by}; continue with: parl train {summary.run_dir} --resume")
+        return 128 + int(signal.Signals[summary.stopped_by])
     return 0
 
 
@@ -129,6 +141,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"± {float(np.std(returns)):.1f} over {args.episodes} episodes "
         f"(min {float(np.min(returns)):.1f}, max {float(np.max(returns)):.1f})"
     )
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    if not args.trust_pickle:
+        raise CLIError(
+            f"converting {args.path!r} unpickles its old checkpoint files, which runs any code they hold; "
+            "run it again with --trust-pickle only if you trust where they came from"
+        )
+    from parl.training.convert import convert_pickle_checkpoints
+
+    converted = convert_pickle_checkpoints(args.path, trust_pickle=True)
+    for file in converted:
+        print(f"converted {file}")
+    if converted:
+        print(f"{len(converted)} files under {args.path} converted to the data-only format")
+    else:
+        print(f"nothing to convert: the checkpoints under {args.path} are in the data-only format")
     return 0
 
 
@@ -180,6 +210,18 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", help="the PNG to write (default: <run_dir>/learning_curves.png)")
     plot.set_defaults(func=cmd_plot)
 
+    conv = sub.add_parser(
+        "convert",
+        help="convert old pickle checkpoints (a task file, checkpoint or run directory) in place; trusts them",
+    )
+    conv.add_argument("path", help="a task file, a checkpoint directory or a run directory")
+    conv.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="required: the old files are unpickled, which runs any code they hold; only for files you trust",
+    )
+    conv.set_defaults(func=cmd_convert)
+
     lst = sub.add_parser("list", help="the named experiments")
     lst.set_defaults(func=cmd_list)
     return parser
@@ -201,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("parl").setLevel(level)
     try:
         code: int = args.func(args)
-    except (CLIError, ValueError, FileNotFoundError) as exc:
+    except (CLIError, CheckpointError, ValueError, FileNotFoundError) as exc:
         print(f"parl {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return code

@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import paddle
 import pytest
+import safetensors.numpy
 from computation_helpers import Regression, TinyQ, make_batch, params_of, q_values
 
 from parl import DQN, ComputationTask, DQNConfig, create_algorithm_func
+from parl.framework.errors import CheckpointError
 from parl.utils.atomic import atomic_write
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -102,18 +104,18 @@ def test_load_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="task 'RL': no checkpoint at"):
         task.load(tmp_path / "missing.ckpt")
     paddle.save({"something": 1}, str(tmp_path / "other.pd"))
-    with pytest.raises(ValueError, match="is not a parl task checkpoint"):
+    with pytest.raises(CheckpointError, match="other.pd.* old pickle format"):
         task.load(tmp_path / "other.pd")
     task.save(tmp_path / "small.ckpt")
     wider = ComputationTask("RL", algorithm=Regression(TinyQ(hidden=6)))
     before = params_of(wider.algorithm.model)
     msg = r"checkpoint item 'model', parameter 'h\.linear\.weight': saved shape \(4, 5\) does not match .* \(4, 6\)"
-    with pytest.raises(ValueError, match=msg):
+    with pytest.raises(CheckpointError, match=msg):
         wider.load(tmp_path / "small.ckpt")
     for x, y in zip(params_of(wider.algorithm.model), before):  # nothing was half-loaded
         np.testing.assert_array_equal(x, y)
     dqn_task = ComputationTask("RL", algorithm=_dqn_func())
-    with pytest.raises(ValueError, match=r"checkpoint lacks \['ref_target'\]"):
+    with pytest.raises(CheckpointError, match=r"small\.ckpt.*checkpoint lacks \['ref_target'\]"):
         dqn_task.load(tmp_path / "small.ckpt")
 
 
@@ -127,15 +129,15 @@ def test_a_save_whose_write_raises_leaves_the_previous_file_intact(
     obs = np.ones((3, 4), np.float32)
     saved_q = q_values(task, obs)
     task.learn(make_batch(np.random.default_rng(4)))
-    real_save = paddle.save
+    real_save = safetensors.numpy.save_file
 
-    def half_then_raise(obj: object, target: str, *args: object, **kwargs: object) -> None:
-        real_save(obj, target)
+    def half_then_raise(tensors: object, target: str, *args: object, **kwargs: object) -> None:
+        real_save(tensors, target, *args, **kwargs)  # type: ignore[arg-type]
         data = Path(target).read_bytes()
         Path(target).write_bytes(data[: len(data) // 2])
         raise OSError("disk full")
 
-    monkeypatch.setattr(paddle, "save", half_then_raise)
+    monkeypatch.setattr(safetensors.numpy, "save_file", half_then_raise)
     with pytest.raises(OSError, match="disk full"):
         task.save(path)
     monkeypatch.undo()

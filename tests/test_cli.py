@@ -74,6 +74,8 @@ def test_a_config_file_starts_a_new_run_with_the_same_settings(tmp_path, capsys)
         (["train", "cartpole_ppo", "--set", "train.max_steps=many"], "expected an int"),
         (["eval", "/nonexistent/run"], "neither a run directory nor a checkpoint"),
         (["plot", "/nonexistent/run"], "has no metrics.csv"),
+        (["convert", "/nonexistent/run"], "run it again with --trust-pickle only if you trust"),
+        (["convert", "/nonexistent/run", "--trust-pickle"], "no file or directory"),
     ],
 )
 def test_mistakes_get_one_clear_line_and_exit_code_2(argv: list[str], message: str, capsys) -> None:
@@ -89,7 +91,7 @@ def test_list_and_python_dash_m(capsys) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "parl", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
-    assert done.returncode == 0 and "train" in done.stdout and "eval" in done.stdout and "plot" in done.stdout
+    assert done.returncode == 0 and all(word in done.stdout for word in ("train", "eval", "plot", "convert"))
 
 
 def test_the_installed_parl_command_trains_evaluates_and_plots_from_any_directory(tmp_path) -> None:

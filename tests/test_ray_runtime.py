@@ -165,7 +165,7 @@ def test_a_killed_actor_without_restarts_fails_the_run_quickly() -> None:
 def _ledgers_left(manager: parl.Manager) -> list[str]:
     """The episode ledgers of ``manager``'s Ray runtime still in this node's shared memory."""
     token = manager.runtime.run_token  # type: ignore[union-attr]
-    return sorted(p.name for p in Path("/dev/shm").glob(f"parl-ledger-{token}-*"))
+    return sorted(p.name for p in Path("/dev/shm").glob(f"parl_{os.getpid()}_ledger{token}w*"))
 
 
 def test_the_episodes_a_killed_actor_had_not_reported_are_counted(

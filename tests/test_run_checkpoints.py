@@ -94,7 +94,7 @@ _SAVER = textwrap.dedent(
     from test_run_checkpoints import _dqn_manager
     from parl.training.checkpoint import RunCheckpointer, RunCounters
     manager = _dqn_manager(200)
-    manager.run()  # agents with filled replay buffers, so helpers.pkl is a real one
+    manager.run()  # agents with filled replay buffers, so helpers.safetensors is a real one
     ckpt = RunCheckpointer({run_dir!r}, keep=3)
     params = manager.tasks["RL"].algorithm.model.parameters()
     # How long one save takes on this machine (into a directory of its own), so that the kills can be

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import signal
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from examples.cartpole_dqn.model import CartPoleQModel
 from parl.agents import GymAgent
 from parl.runtimes.control import RunControl
 from parl.runtimes.processes import HelperStateError, HelperStates, ProcessRuntime
-from parl.training.checkpoint import RunCheckpointer, RunCounters
+from parl.training.checkpoint import HELPERS_FILE, RunCheckpointer, RunCounters, read_helpers
 from parl.training.trainer import TrainConfig, Trainer
 
 AgentStates = dict[int, dict[str, dict[str, Any]]]
@@ -46,9 +45,7 @@ def dqn_manager(runtime: str, max_steps: int, helper: type = parl.ExpReplayHelpe
 
 def saved_helper_states(path: Path) -> AgentStates:
     """The helper states a checkpoint holds, as a resumed manager gets them."""
-    with open(path / "helpers.pkl", "rb") as f:
-        states: AgentStates = pickle.load(f)
-    return states
+    return read_helpers(path / HELPERS_FILE)
 
 
 def assert_buffer_continues(saved: dict[str, Any], later: dict[str, Any], agent_id: int) -> None:

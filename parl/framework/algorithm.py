@@ -286,7 +286,7 @@ def _check_layer_state(item: str, layer: paddle.nn.Layer, saved: Mapping[str, An
         )
     for key, value in current.items():
         want = tuple(int(d) for d in value.shape)
-        got = tuple(int(d) for d in saved[key].shape)
+        got = tuple(int(d) for d in np.shape(saved[key]))
         if want != got:
             raise ValueError(
                 f"checkpoint item {item!r}, parameter {key!r}: saved shape {got} does not match "

@@ -12,15 +12,16 @@ import paddle
 
 from parl.data.specs import FieldSpec, SpecError, check_fields, checked_outputs, zeros_for
 from parl.framework.algorithm import Algorithm
+from parl.framework.errors import CheckpointError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
-from parl.utils.atomic import atomic_write
+from parl.utils.safe_store import load_tree, save_tree
 from parl.utils.tensors import TensorStaging
 
-__all__ = ["ComputationTask", "AlgorithmFactory"]
+__all__ = ["ComputationTask", "AlgorithmFactory", "write_task_file"]
 
 AlgorithmFactory = Callable[[], Algorithm]
 
-_CHECKPOINT_VERSION = 1
+_CHECKPOINT_KIND = "task"
 _STEPS_SPEC = FieldSpec("bootstrap_steps", (), "int64")
 
 
@@ -337,56 +338,79 @@ class ComputationTask:
 
     # --------------------------------------------------------- save/load
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save parameters and optimizer state to ``path`` atomically.
+        """Save parameters, optimizer state and the algorithm's own state to ``path`` atomically.
 
-        The file is written to a temporary name and renamed, so a save
-        interrupted midway leaves the previous file intact.
+        The file holds data only (a safetensors file, see :mod:`parl.utils.safe_store`): loading it
+        executes nothing. It is written to a temporary name and renamed, so a save interrupted
+        midway leaves the previous file intact.
         """
         algo = self.algorithm
         with algo.model.learn_lock:
-            state = algo.state_dict()
             names = {
                 k: [p.name for p in v.parameters()]
                 for k, v in algo.checkpoint_items().items()
-                if hasattr(v, "parameters") and isinstance(v, paddle.nn.Layer)
+                if isinstance(v, paddle.nn.Layer)
             }
-            payload: dict[str, Any] = {
-                "version": _CHECKPOINT_VERSION,
-                "task": self.name,
-                "state": state,
-                "param_names": names,
-            }
-            atomic_write(path, lambda tmp: paddle.save(payload, tmp))
+            write_task_file(path, self.name, algo.state_dict(), names)
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore what :meth:`save` wrote (parameters and optimizer state)."""
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"task {self.name!r}: no checkpoint at {os.fspath(path)!r}")
-        payload = paddle.load(os.fspath(path))
-        if not isinstance(payload, dict) or payload.get("version") != _CHECKPOINT_VERSION:
-            raise ValueError(f"task {self.name!r}: {os.fspath(path)!r} is not a parl task checkpoint")
-        state = dict(payload["state"])
+        """Restore what :meth:`save` wrote (parameters, optimizer state, the algorithm's own state).
+
+        Raises ``FileNotFoundError`` if there is no file, and :class:`CheckpointError` naming the file
+        if it is not a task checkpoint (another format, damaged, the old pickle format) or does not fit
+        this algorithm (other items, parameter counts or shapes); the task is then left unchanged.
+        """
+        file = os.fspath(path)
+        if not os.path.exists(file):
+            raise FileNotFoundError(f"task {self.name!r}: no checkpoint at {file!r}")
+        tree = load_tree(file, kind=_CHECKPOINT_KIND)
+        state, saved_names = _task_state(file, tree)
         algo = self.algorithm
         items = algo.checkpoint_items()
         # Optimizer accumulators are keyed by global parameter names, which differ
         # between processes and instances; map them through the structure.
         rename: dict[str, str] = {}
-        for key, old_names in payload["param_names"].items():
+        for key, old_names in saved_names.items():
             obj = items.get(key)
             if isinstance(obj, paddle.nn.Layer):
                 new_names = [p.name for p in obj.parameters()]
                 if len(new_names) != len(old_names):
-                    raise ValueError(
-                        f"task {self.name!r}: checkpoint {key!r} has {len(old_names)} parameters, "
+                    raise CheckpointError(
+                        f"task {self.name!r}: checkpoint {file!r} item {key!r} has {len(old_names)} parameters, "
                         f"this model has {len(new_names)}"
                     )
                 rename.update(zip(old_names, new_names))
         for key, obj in items.items():
-            if isinstance(obj, paddle.optimizer.Optimizer) and key in state:
+            if isinstance(obj, paddle.optimizer.Optimizer) and isinstance(state.get(key), Mapping):
                 state[key] = _rename_optimizer_state(state[key], rename)
         with algo.model.learn_lock:
-            algo.set_state_dict(state)
+            try:
+                algo.set_state_dict(state)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise CheckpointError(
+                    f"task {self.name!r}: checkpoint {file!r} does not fit this algorithm: {exc}"
+                ) from exc
             self._parameters_changed()
+
+
+def write_task_file(
+    path: str | os.PathLike[str], task: str, state: Mapping[str, Any], param_names: Mapping[str, list[str]]
+) -> None:
+    """Write a task checkpoint: an algorithm's ``state_dict()`` and its layers' parameter names by item
+    (what :meth:`ComputationTask.save` writes and :meth:`ComputationTask.load` reads)."""
+    save_tree(path, {"task": task, "state": state, "param_names": param_names}, kind=_CHECKPOINT_KIND)
+
+
+def _task_state(file: str, tree: Any) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The algorithm state and parameter names of a task checkpoint's tree, checked for their shape."""
+    state = tree.get("state") if isinstance(tree, dict) else None
+    names = tree.get("param_names") if isinstance(tree, dict) else None
+    if not isinstance(state, dict) or not isinstance(names, dict):
+        raise CheckpointError(f"{file!r} is a damaged task checkpoint: it lacks its state or parameter names")
+    for key, value in names.items():
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise CheckpointError(f"{file!r} is a damaged task checkpoint: the parameter names of {key!r}")
+    return state, names
 
 
 def _rename_optimizer_state(opt_state: Mapping[str, Any], rename: Mapping[str, str]) -> dict[str, Any]:
@@ -394,7 +418,7 @@ def _rename_optimizer_state(opt_state: Mapping[str, Any], rename: Mapping[str, s
     out: dict[str, Any] = {}
     for key, value in opt_state.items():
         new_key = key
-        for old in by_length:
+        for old in by_length if isinstance(key, str) else ():
             if key.startswith(old + "_") or key == old:
                 new_key = rename[old] + key[len(old) :]
                 break

@@ -12,6 +12,7 @@ __all__ = [
     "EnvFault",
     "EnvFaultLimitError",
     "HelperStateError",
+    "CheckpointError",
 ]
 
 
@@ -118,3 +119,9 @@ class EnvFaultLimitError(RuntimeError):
 class HelperStateError(RuntimeError):
     """A worker did not report its agents' helper states for a checkpoint (no answer in time, or
     ``state_dict`` failed there); the checkpoint is not written."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used: none where one was expected, a file that is not a parl
+    checkpoint (another format, empty, truncated, damaged, or the old pickle format, which is never
+    unpickled), or one saved from another architecture. The message names the file and what was found."""

@@ -27,6 +27,7 @@ from parl.runtimes.control import AgentFailure, AgentSlot, RunControl
 from parl.runtimes.coroutines import CoroutineRuntime
 from parl.runtimes.faults import FaultConfig, FaultStats
 from parl.runtimes.processes import HelperStates, ProcessRuntime, RemoteAgentSpec, TaskSpecs
+from parl.runtimes.shared_block import sweep_stale_blocks
 from parl.runtimes.threads import ThreadRuntime
 
 __all__ = [
@@ -416,6 +417,7 @@ class Manager:
             if self._running:
                 raise RuntimeError("this Manager is already running")
             self._running = True
+        sweep_stale_blocks()  # what runs killed before freeing their shared memory left behind
         runtime = self._make_runtime()
         self.runtime = runtime
         control = RunControl(
@@ -514,6 +516,7 @@ class Manager:
         runtime_leaked: list[str] = []
         if self.runtime is not None:
             runtime_leaked = self.runtime.stop(max(0.05, deadline - time.monotonic()))
+        sweep_stale_blocks()
         if self.control is not None:
             # Closing the agents' envs below may fail an agent still inside one (a leaked thread): that
             # failure is the teardown's, recorded but not the run's.

@@ -45,6 +45,7 @@ from parl.framework.types import Prediction, TrainingBatch
 from parl.runtimes.control import AgentSlot, RunControl
 from parl.runtimes.coroutines import Hub
 from parl.runtimes.episode_ledger import LEDGER_CAPACITY, EpisodeLedger
+from parl.runtimes.lifeline import tie_to_learner
 from parl.runtimes.process_protocol import (
     SHM_REQUEST,
     TAG_ERROR,
@@ -609,8 +610,12 @@ def worker_main(
     helper_states: AgentHelperStates | None = None,
     replicas: Sequence[ReplicaSource | None] | None = None,
     ledger: str | None = None,
+    learner_pid: int | None = None,
+    inherited: Sequence[Any] = (),
 ) -> None:
-    """Entry point of a worker process."""
+    """Entry point of a worker process: ends with its learner (``learner_pid``, whose connections
+    ``inherited`` by the fork are closed here; see :mod:`parl.runtimes.lifeline`)."""
+    tie_to_learner(learner_pid, inherited)
     try:
         body = Worker(
             worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event, helper_states, replicas, ledger

@@ -149,6 +149,11 @@ PREDICT_THREAD_JOIN_S = 2.0
 class WorkerLink:
     """One worker process as the learner sees it: its process, pipes, buffers and serving thread."""
 
+    pred_conn: mpc.Connection
+    """The learner's end of the prediction pipe of the current launch (set by the first start)."""
+    msg_conn: mpc.Connection
+    """The learner's end of the message pipe of the current launch (set by the first start)."""
+
     def __init__(
         self,
         index: int,
@@ -204,6 +209,9 @@ class WorkerLink:
             self.exited = False
             self.said_goodbye = False
             self.launches += 1  # learn results for an earlier process go nowhere (_ProxyComm)
+            with self._send_lock:
+                if getattr(self, "msg_conn", None) is not None:
+                    self.msg_conn.close()  # the dead launch's: nothing reads it any more
             try:
                 self.pred_conn, self.msg_conn = self._launch()
             except BaseException:
@@ -297,23 +305,31 @@ class WorkerLink:
                 raise
         channels = [TaskChannel(req.shm.name, rep.shm.name, capacity) for req, rep in self.buffers]
         self.ledger = EpisodeLedger(LEDGER_CAPACITY)
-        pred_conn, child_pred = ctx.Pipe(duplex=True)
-        msg_conn, child_msg = ctx.Pipe(duplex=True)
-        try:
-            process = self._start_process(ctx, channels, child_pred, child_msg)
-        except BaseException:
-            for conn in (pred_conn, child_pred, msg_conn, child_msg):
-                conn.close()
-            raise
-        finally:
-            # The worker has its own copies of its ends (or was never started).
-            child_pred.close()
-            child_msg.close()
-        self.process = process  # only a started process: close() joins it
+        # One launch at a time: each forked worker must know every learner-side end that exists as it
+        # forks, to close its copies of them (see parl.runtimes.lifeline).
+        with rt.launch_lock:
+            pred_conn, child_pred = ctx.Pipe(duplex=True)
+            msg_conn, child_msg = ctx.Pipe(duplex=True)
+            inherited = [pred_conn, msg_conn, *rt.learner_ends()] if rt.start_method == "fork" else []
+            try:
+                process = self._start_process(ctx, channels, child_pred, child_msg, inherited)
+            except BaseException:
+                for conn in (pred_conn, child_pred, msg_conn, child_msg):
+                    conn.close()
+                raise
+            finally:
+                # The worker has its own copies of its ends (or was never started).
+                child_pred.close()
+                child_msg.close()
+            self.process = process  # only a started process: close() joins it
+            self.pred_conn, self.msg_conn = pred_conn, msg_conn
         return pred_conn, msg_conn
 
-    def _start_process(self, ctx: Any, channels: list[TaskChannel], child_pred: Any, child_msg: Any) -> Any:
-        """Start the worker process with its ends of the pipes, its channels and this launch's ledger."""
+    def _start_process(
+        self, ctx: Any, channels: list[TaskChannel], child_pred: Any, child_msg: Any, inherited: list[Any]
+    ) -> Any:
+        """Start the worker process with its ends of the pipes, its channels and this launch's ledger;
+        ``inherited``: the learner's connections a forked worker closes."""
         rt = self.runtime
         assert self.ledger is not None
         process = ctx.Process(
@@ -329,10 +345,12 @@ class WorkerLink:
                 rt.helper_states_for(self.agent_ids),
                 rt.replica_sources,
                 self.ledger.name,
+                None if rt.start_method == "forkserver" else os.getpid(),
+                inherited,
             ),
             name=f"parl-worker-{self.index}",
             # Not daemonic, so that a worker may host its envs in processes of their own (FaultConfig);
-            # stop() always ends it, and a worker whose learner is gone stops on the closed pipes.
+            # stop() always ends it, and a worker whose learner is gone ends by itself (lifeline).
             daemon=False,
         )
         if any(rt.replica_sources):
@@ -637,6 +655,18 @@ class ProcessRuntime:
         """Per task: what a worker needs to predict on its own replica (None: the learner predicts)."""
         self._boards: list[tuple[ParamBoard, SampleCounters]] = []
         self._unlisten: list[Callable[[], None]] = []
+        self.launch_lock = threading.Lock()
+        """Held while a worker is forked (see :meth:`learner_ends`)."""
+
+    def learner_ends(self) -> list[mpc.Connection]:
+        """The learner's ends of every worker's pipes: a forked worker closes its copies of them, or a worker
+        would never see the end of file of a sibling's (or its own) pipes once the learner died."""
+        return [
+            conn
+            for link in self.links
+            for conn in (getattr(link, "pred_conn", None), getattr(link, "msg_conn", None))
+            if conn is not None and not conn.closed
+        ]
 
     def helper_states_for(self, agent_ids: Sequence[int]) -> AgentHelperStates:
         """The helper states of ``agent_ids`` a (re)starting worker builds its agents with."""

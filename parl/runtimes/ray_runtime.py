@@ -48,9 +48,11 @@ import logging
 import multiprocessing.connection as mpc
 import os
 import secrets
+import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from parl.runtimes import process_worker
@@ -59,6 +61,8 @@ from parl.runtimes.episode_ledger import LEDGER_CAPACITY, EpisodeLedger
 from parl.runtimes.process_protocol import AgentHelperStates, RemoteAgentSpec
 from parl.runtimes.process_worker import Worker
 from parl.runtimes.processes import ProcessRuntime, WorkerLink
+from parl.runtimes.reaper import Reaper
+from parl.runtimes.shared_block import block_name
 
 __all__ = ["RayRuntime", "ray_available"]
 
@@ -98,6 +102,19 @@ def _import_ray() -> Any:
     except ImportError as exc:
         raise ImportError("the ray runtime needs Ray: pip install 'parl[ray]'") from exc
     return ray
+
+
+@contextlib.contextmanager
+def _keep_sigterm_handler() -> Iterator[None]:
+    """Keep the process's SIGTERM handler through ``ray.init``, which replaces it with one that exits: a
+    Trainer that stops cleanly on SIGTERM must keep doing so (and without a handler the reaper cleans up)."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def _no_delay(conn: mpc.Connection) -> mpc.Connection:
@@ -376,7 +393,7 @@ class _RayLink(WorkerLink):
         self._pid_ref = self.actor.pid.remote()
         self._node_ref = self.actor.node_id.remote()
         self.actor_node = None
-        self.ledger_name = f"parl-ledger-{rt.run_token}-{self.index}-{self.generation}"
+        self.ledger_name = block_name(tag=f"ledger{rt.run_token}w{self.index}g{self.generation}_")
         self.run_ref = self.actor.run.remote(
             self.index,
             self.generation,
@@ -547,8 +564,9 @@ class RayRuntime(ProcessRuntime):
         self.learner_host = learner_host
         self.acceptor: _Acceptor | None = None
         self._started_ray = False
+        self._reaper: Reaper | None = None
         self.run_token = secrets.token_hex(4)
-        """Part of the names of this runtime's episode ledgers (each actor's is its own)."""
+        """Part of the names of this runtime's episode ledgers (``parl_<pid>_ledger<run_token>...``)."""
         self.learner_node: str | None = None
         """This process's Ray node (known once Ray runs)."""
 
@@ -568,7 +586,14 @@ class RayRuntime(ProcessRuntime):
             )
         ray = self.ray
         if not ray.is_initialized():
-            ray.init(address=self.address, log_to_driver=False)
+            # A local instance ends with this process, however it ends (see parl.runtimes.reaper).
+            self._reaper = Reaper.start() if self.address is None else None
+            try:
+                with _keep_sigterm_handler():
+                    ray.init(address=self.address, log_to_driver=False)
+            except BaseException:
+                self._stop_reaper()
+                raise
             self._started_ray = True
         self._check_cpus(min(self.num_workers, num_agents))
         self.acceptor = _Acceptor(self._learner_address())
@@ -629,4 +654,10 @@ class RayRuntime(ProcessRuntime):
         if self._started_ray:
             self.ray.shutdown()
             self._started_ray = False
+        self._stop_reaper()
         return leaked
+
+    def _stop_reaper(self) -> None:
+        if self._reaper is not None:
+            self._reaper.stop()
+            self._reaper = None

@@ -11,17 +11,75 @@ the same layout::
 A block that must outlive its creator's process (a Ray actor's episode ledger, read by a task on the
 actor's node after the actor died) is created with ``track=False``: Python's resource tracker would
 otherwise free it when that process ends. Whoever reads it last frees it with :meth:`SharedBlock.unlink`.
+
+Every block a run creates is named ``parl_<learner pid>_<random>`` (:func:`block_name`), so that the blocks
+of a learner that died without freeing them can be found and freed: :func:`sweep_stale_blocks` (called
+as a run starts and stops) unlinks those whose learner process is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import secrets
 from collections.abc import Sequence
 from multiprocessing import resource_tracker, shared_memory
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SharedBlock"]
+__all__ = ["SharedBlock", "BLOCK_PREFIX", "block_name", "sweep_stale_blocks"]
+
+logger = logging.getLogger(__name__)
+
+BLOCK_PREFIX = "parl_"
+"""Start of the name of every shared-memory block of a run: ``parl_<learner pid>_<random>``."""
+
+_SHM_DIR = Path("/dev/shm")
+
+
+def block_name(learner_pid: int | None = None, tag: str = "") -> str:
+    """A new block name owned by ``learner_pid`` (default: this process), with an optional ``tag``."""
+    pid = os.getpid() if learner_pid is None else learner_pid
+    return f"{BLOCK_PREFIX}{pid}_{tag}{secrets.token_hex(6)}"
+
+
+def _owner_pid(name: str) -> int | None:
+    """The learner pid in a block name made by :func:`block_name` (None for any other name)."""
+    if not name.startswith(BLOCK_PREFIX):
+        return None
+    pid, _, _ = name[len(BLOCK_PREFIX) :].partition("_")
+    return int(pid) if pid.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def sweep_stale_blocks(shm_dir: Path = _SHM_DIR) -> list[str]:
+    """Unlink the blocks of runs whose learner process is gone (it was killed before freeing them);
+    return their names. Only where shared memory is listed as files (Linux's ``/dev/shm``)."""
+    if not shm_dir.is_dir():
+        return []
+    freed = []
+    for path in shm_dir.glob(BLOCK_PREFIX + "*"):
+        pid = _owner_pid(path.name)
+        if pid is None or pid == os.getpid() or _alive(pid):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            freed.append(path.name)
+    if freed:
+        logger.warning("freed %d shared-memory blocks left by runs whose learner died: %s", len(freed), freed)
+    return freed
+
 
 _ALIGN = 64
 """Each array starts on a cache line of its own."""
@@ -30,8 +88,8 @@ _ALIGN = 64
 class SharedBlock:
     """Arrays ``(name, shape, dtype)`` in one shared-memory block, each 64-byte aligned.
 
-    ``name`` None creates a block under a new name; a name attaches to that block, or creates it under
-    that name with ``create=True``. The creator owns the block: its :meth:`close` frees the name.
+    ``name`` None creates a block under a new name (:func:`block_name`); a name attaches to that block,
+    or creates it under that name with ``create=True``. The creator owns the block: its :meth:`close` frees the name.
     ``track=False`` keeps the block out of Python's resource tracker, which frees what a process
     created or attached to when that process ends (see the module docstring).
     """
@@ -52,6 +110,8 @@ class SharedBlock:
         create = name is None if create is None else create
         if not create and name is None:
             raise ValueError("attaching to a shared-memory block needs its name")
+        if create and name is None:
+            name = block_name()
         self.shm = shared_memory.SharedMemory(name=name, create=create, size=max(total, _ALIGN) if create else 0)
         if not create and self.shm.size < total:
             self.shm.close()

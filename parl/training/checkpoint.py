@@ -4,12 +4,18 @@ A checkpoint is a directory ``<run_dir>/checkpoints/step_<env steps>/`` holding
 
 - ``task_<name>.pdckpt`` for every task: parameters, optimizer state and the
   algorithm's own state (schedules, exploration RNG), via ``ComputationTask.save``;
-- ``helpers.pkl``: each agent's helper state (replay buffers, their sampling
-  RNG and learning schedule), from every runtime: agents in worker processes or
-  Ray actors report theirs when asked (see :meth:`Manager.collect_helper_states`);
-- ``state.pkl``: the run's counters, the Python, NumPy and Paddle RNG states,
-  the resolved config and the agents whose helper states could not be saved
-  (their worker had died), with the reason.
+- ``helpers.safetensors``: each agent's helper state (replay buffers, their
+  sampling RNG and learning schedule), from every runtime: agents in worker
+  processes or Ray actors report theirs when asked (see
+  :meth:`Manager.collect_helper_states`);
+- ``state.safetensors``: the run's counters, the Python, NumPy and Paddle RNG
+  states, the resolved config and the agents whose helper states could not be
+  saved (their worker had died), with the reason.
+
+Every file holds data only (:mod:`parl.utils.safe_store`: arrays as safetensors
+tensors, the rest as JSON in the header), so restoring a checkpoint executes
+nothing it holds. A checkpoint of the old pickle format (``state.pkl``,
+``helpers.pkl``) is refused; ``parl convert PATH --trust-pickle`` converts it.
 
 It is written into a hidden temporary directory, every file is fsynced, and
 the directory is renamed into place in one step; only then does the
@@ -30,34 +36,43 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
-import pickle
-import random
 import re
 import secrets
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import paddle
-
+from parl.framework.errors import CheckpointError
 from parl.framework.manager import Manager
 from parl.training.overrides import config_to_dict
 from parl.utils.atomic import atomic_write
+from parl.utils.rng_state import global_rng_states, set_global_rng_states
+from parl.utils.safe_store import load_tree, save_tree
 
-__all__ = ["RunCounters", "RunCheckpointer", "CheckpointError"]
+__all__ = [
+    "RunCounters",
+    "RunCheckpointer",
+    "CheckpointError",
+    "STATE_FILE",
+    "HELPERS_FILE",
+    "OLD_FILES",
+    "write_state",
+    "write_helpers",
+    "read_helpers",
+]
 
 logger = logging.getLogger(__name__)
 
 _DIR_RE = re.compile(r"^step_(\d+)(?:-(\d+))?$")
-_FORMAT = 1
-
-
-class CheckpointError(RuntimeError):
-    """No usable checkpoint where one was expected."""
+STATE_FILE = "state.safetensors"
+HELPERS_FILE = "helpers.safetensors"
+OLD_FILES = ("state.pkl", "helpers.pkl")
+"""The files of a checkpoint of the old pickle format, refused by :meth:`RunCheckpointer.read_state`."""
 
 
 @dataclass
@@ -116,19 +131,9 @@ class RunCheckpointer:
         try:
             for name, task in manager.tasks.items():
                 task.save(tmp / f"task_{name}.pdckpt")
-            self._dump(tmp / "helpers.pkl", helpers.states)
-            state = {
-                "format": _FORMAT,
-                "counters": counters,
-                "config": config_to_dict(config) if config is not None else None,
-                "helpers_missing": helpers.missing,
-                "rng": {
-                    "python": random.getstate(),
-                    "numpy": np.random.get_state(),
-                    "paddle": paddle.get_rng_state(),
-                },
-            }
-            self._dump(tmp / "state.pkl", state)
+            write_helpers(tmp / HELPERS_FILE, helpers.states)
+            config_dict = config_to_dict(config) if config is not None else None
+            write_state(tmp / STATE_FILE, counters, config_dict, helpers.missing, global_rng_states())
             (tmp / "COMPLETE").write_text("ok\n")
             _fsync_file(tmp / "COMPLETE")
             _fsync_dir(tmp)
@@ -147,13 +152,6 @@ class RunCheckpointer:
         self._prune()
         logger.info("checkpoint %s written", final)
         return final
-
-    @staticmethod
-    def _dump(path: Path, obj: Any) -> None:
-        with open(path, "wb") as f:
-            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
-            f.flush()
-            os.fsync(f.fileno())
 
     def _free_name(self, steps: int) -> Path:
         base = self.root / f"step_{steps:012d}"
@@ -217,32 +215,48 @@ class RunCheckpointer:
 
     @staticmethod
     def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
-        """The counters, config and RNG states of the checkpoint at ``path``."""
+        """The counters (a :class:`RunCounters`), config, RNG states and ``helpers_missing`` of the
+        checkpoint at ``path``; :class:`CheckpointError` if it is not a complete, readable one."""
         p = Path(path)
         if not (p / "COMPLETE").exists():
             raise CheckpointError(f"{os.fspath(p)!r} is not a complete parl run checkpoint")
-        with open(p / "state.pkl", "rb") as f:
-            state: dict[str, Any] = pickle.load(f)
-        if state.get("format") != _FORMAT:
-            raise CheckpointError(f"{os.fspath(p)!r}: unknown checkpoint format {state.get('format')!r}")
+        _refuse_old_format(p)
+        file = p / STATE_FILE
+        if not file.exists():
+            raise CheckpointError(f"{os.fspath(p)!r} is marked complete but has no {STATE_FILE}")
+        state = load_tree(file, kind="run_state")
+        if not isinstance(state, dict) or not {"counters", "rng", "helpers_missing"} <= set(state):
+            raise CheckpointError(f"{os.fspath(file)!r} is a damaged run checkpoint: it lacks counters or RNG states")
+        state["counters"] = _counters_from(os.fspath(file), state["counters"])
+        missing = state["helpers_missing"] or {}
+        if not isinstance(missing, dict) or not all(type(k) is int and isinstance(v, str) for k, v in missing.items()):
+            raise CheckpointError(f"{os.fspath(file)!r} is a damaged run checkpoint: helpers_missing is {missing!r}")
+        state["helpers_missing"] = missing
         return state
 
     def restore(self, path: str | os.PathLike[str], manager: Manager, restore_rng: bool = True) -> RunCounters:
         """Load tasks, helper states and RNG states into ``manager``; return the saved counters.
 
         The manager must be built from the same config (same tasks, same number of agents) and
-        not yet running; its next ``run`` continues the counters (budgets are totals).
+        not yet running; its next ``run`` continues the counters (budgets are totals). The state and
+        helper files are read and checked before anything is restored; a task file that does not fit
+        raises :class:`CheckpointError` after the tasks before it were loaded.
         """
         p = Path(path)
         state = self.read_state(p)
-        for name, task in manager.tasks.items():
-            file = p / f"task_{name}.pdckpt"
+        helpers = read_helpers(p / HELPERS_FILE)
+        files = {name: p / f"task_{name}.pdckpt" for name in manager.tasks}
+        for name, file in files.items():
             if not file.exists():
                 raise CheckpointError(f"{os.fspath(p)!r} has no state for task {name!r}")
-            task.load(file)
-        with open(p / "helpers.pkl", "rb") as f:
-            helpers: dict[int, dict[str, dict[str, Any]]] = pickle.load(f)
-        missing: dict[int, str] = state.get("helpers_missing") or {}
+        if restore_rng:
+            try:
+                set_global_rng_states(state["rng"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CheckpointError(f"{os.fspath(p / STATE_FILE)!r}: its RNG states do not restore: {exc}") from exc
+        for name, task in manager.tasks.items():
+            task.load(files[name])
+        missing: dict[int, str] = state["helpers_missing"]
         if missing:
             logger.warning(
                 "checkpoint %s has no helper states for agents %s (not saved: %s); they start with empty buffers",
@@ -251,11 +265,63 @@ class RunCheckpointer:
                 "; ".join(sorted(set(missing.values()))),
             )
         manager.pending_helper_states = helpers
-        if restore_rng:
-            rng = state["rng"]
-            random.setstate(rng["python"])
-            np.random.set_state(rng["numpy"])
-            paddle.set_rng_state(rng["paddle"])
         counters: RunCounters = state["counters"]
         manager.start_counters = (counters.env_steps, counters.episodes)
         return counters
+
+
+def write_state(
+    path: Path, counters: RunCounters, config: Any, helpers_missing: Mapping[int, str], rng: Mapping[str, Any]
+) -> None:
+    """Write a checkpoint's ``state.safetensors``: counters, the config as a dict, missing helpers, RNG states
+    (as :func:`~parl.utils.rng_state.global_rng_states` gives them)."""
+    state = {
+        "counters": dataclasses.asdict(counters),
+        "config": config,
+        "helpers_missing": dict(helpers_missing),
+        "rng": dict(rng),
+    }
+    save_tree(path, state, kind="run_state")
+
+
+def write_helpers(path: Path, states: Mapping[int, Mapping[str, Any]]) -> None:
+    """Write a checkpoint's ``helpers.safetensors``: per agent id, per task name, the helper's ``state_dict()``."""
+    save_tree(path, dict(states), kind="helpers")
+
+
+def read_helpers(path: Path) -> dict[int, dict[str, dict[str, Any]]]:
+    """The helper states :func:`write_helpers` wrote, checked for their shape."""
+    if not path.exists():
+        raise CheckpointError(f"{os.fspath(path.parent)!r} is marked complete but has no {path.name}")
+    helpers = load_tree(path, kind="helpers")
+    ok = isinstance(helpers, dict) and all(
+        type(agent) is int and isinstance(tasks, dict) and all(isinstance(s, dict) for s in tasks.values())
+        for agent, tasks in helpers.items()
+    )
+    if not ok:
+        raise CheckpointError(f"{os.fspath(path)!r} is a damaged run checkpoint: not helper states by agent and task")
+    return helpers  # type: ignore[no-any-return]
+
+
+def _counters_from(file: str, data: Any) -> RunCounters:
+    """Rebuild the :class:`RunCounters` that :func:`write_state` stored as a dict."""
+    names = {f.name for f in dataclasses.fields(RunCounters)}
+    if not isinstance(data, dict) or not set(data) <= names:
+        raise CheckpointError(f"{file!r} is a damaged run checkpoint: its counters are {str(data)[:200]}")
+    try:
+        counters = RunCounters(**data)
+        counters.evaluations = [(int(steps), float(score)) for steps, score in counters.evaluations]
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{file!r} is a damaged run checkpoint: its counters: {exc}") from exc
+    return counters
+
+
+def _refuse_old_format(path: Path) -> None:
+    """A CheckpointError if ``path`` is a checkpoint of the old pickle format (which is never unpickled)."""
+    old = [name for name in OLD_FILES if (path / name).exists()]
+    if old:
+        raise CheckpointError(
+            f"{os.fspath(path)!r} is a checkpoint of the old pickle format ({', '.join(old)}); parl no longer "
+            "reads it, because loading it would execute any code it holds. If you trust it, convert it (or its "
+            f"whole run directory) in place with: parl convert {os.fspath(path)} --trust-pickle"
+        )

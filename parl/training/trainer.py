@@ -25,6 +25,8 @@ import copy
 import json
 import logging
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,6 +102,8 @@ class TrainSummary:
     best_eval: float
     last_checkpoint: Path | None
     history: list[tuple[int, float]] = field(default_factory=list)
+    stopped_by: str | None = None
+    """The signal that stopped the run (``"SIGTERM"``, ``"SIGINT"``; see ``stop_on_signals``), else None."""
 
 
 class Trainer:
@@ -112,7 +116,11 @@ class Trainer:
         make_eval_env: Callable[[], Any] | None = None,
         eval_task: str | None = None,
         full_config: Any = None,
+        stop_on_signals: bool = False,
     ) -> None:
+        """``stop_on_signals``: a SIGTERM or SIGINT (Ctrl-C) during :meth:`run` stops the run the way a
+        budget does (agents and workers stopped, final checkpoint written) instead of killing it; a second
+        one acts as usual. Needs :meth:`run` to be called from the main thread (``parl train`` sets it)."""
         if config.eval_every and make_eval_env is None:
             raise ValueError("TrainConfig.eval_every > 0 needs make_eval_env (or set eval_every=0)")
         self.manager = manager
@@ -137,6 +145,9 @@ class Trainer:
         self._metrics: MetricLogger | None = None
         self._progress: ProgressBar | None = None
         self.last_checkpoint: Path | None = None
+        self.stop_on_signals = stop_on_signals
+        self._stop_signal: str | None = None
+        self._previous_handlers: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ run
     def run(self, resume: bool = False) -> TrainSummary:
@@ -146,6 +157,8 @@ class Trainer:
         replay buffers, counters and RNG states are restored, and the step budget counts on from there.
         """
         c = self.config
+        if self.stop_on_signals and threading.current_thread() is not threading.main_thread():
+            raise ValueError("Trainer(stop_on_signals=True) must run from the main thread (signals arrive there)")
         if resume:
             latest = self.checkpointer.latest()
             if latest is None:
@@ -172,19 +185,28 @@ class Trainer:
         self._segment_start = self._last_log = time.monotonic()
         self._metrics = MetricLogger(self.run_dir, tensorboard=c.tensorboard)
         self._progress = ProgressBar(c.max_steps, enabled=c.progress, initial_steps=start_steps)
+        self._stop_signal = None
+        if self.stop_on_signals:
+            self._catch_signals()
         try:
             report = self.manager.run(stop_when=self._tick)
             control = self.manager.control
             assert control is not None
             self._update_counters(control)
             evaluated = self.counters.evaluations and self.counters.evaluations[-1][0] == control.env_steps
-            if c.eval_every and not self._solved and not evaluated:
-                self._evaluate(control.env_steps)  # the final policy is always scored
+            if c.eval_every and not self._solved and not evaluated and self._stop_signal is None:
+                self._evaluate(control.env_steps)  # the final policy is always scored (not when told to stop)
             self._log(control, final=True)
             self.last_checkpoint = self.checkpointer.save(self.manager, self.counters, self.full_config)
         finally:
+            self._release_signals()
             self._progress.close()
             self._metrics.close()
+        if self._stop_signal is not None:
+            logger.warning(
+                "stopped by %s at %d env steps; checkpoint %s", self._stop_signal, self.counters.env_steps,
+                self.last_checkpoint,
+            )  # fmt: skip
         return TrainSummary(
             self.run_dir,
             self.counters,
@@ -193,11 +215,29 @@ class Trainer:
             self.counters.best_eval,
             self.last_checkpoint,
             list(self.counters.evaluations),
+            self._stop_signal,
         )
+
+    # ------------------------------------------------------------------ signals
+    def _catch_signals(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
+
+    def _release_signals(self) -> None:
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers = {}
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """The first SIGTERM/SIGINT asks the run to stop at the next poll; the next one acts as it would have."""
+        self._stop_signal = signal.Signals(signum).name
+        self._release_signals()
 
     # ------------------------------------------------------------------ the loop
     def _tick(self, control: RunControl) -> bool:
         """Called by ``Manager.run`` every poll: log, evaluate, checkpoint; True to stop."""
+        if self._stop_signal is not None:
+            return True
         now = time.monotonic()
         steps = control.env_steps
         if now - self._last_log >= self.config.log_every_s:
