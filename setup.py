@@ -20,6 +20,8 @@ setup(
         "greenlet>=3.0",
         # Checkpoints: data-only files (parl.utils.safe_store); also a dependency of paddlepaddle.
         "safetensors>=0.4",
+        # Config fields declare their bounds with it (parl.utils.config_check); typed-CLI tools read the same.
+        "annotated-types>=0.6",
     ],
     extras_require={
         "test": [

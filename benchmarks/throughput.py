@@ -8,7 +8,8 @@ Communicator -> ComputationWrapper -> ComputationTask path on each runtime. Also
 task.learn directly and through the wrapper against a bare Paddle step of the same network and batch.
 
 Run: ``python -m benchmarks.throughput [--quick]``; writes benchmarks/results/throughput.json and
-the throughput section of docs/benchmarks.md.
+the throughput section of docs/benchmarks.md. ``--ab COMMIT`` runs the guard rows of an older commit
+against the working tree instead, interleaved in one run (:mod:`benchmarks.ab`).
 """
 
 from __future__ import annotations
@@ -574,11 +575,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="the measured window of each run")
     parser.add_argument("--repeats", type=int, default=5, help="rounds of the vector loop, floor and target rows")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray rows even when Ray is installed")
+    parser.add_argument(
+        "--ab", metavar="COMMIT", default=None,
+        help="A/B mode: the guard rows of COMMIT against the working tree, interleaved (see benchmarks.ab)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.seconds <= 0:
         parser.error(f"--repeats must be at least 1 and --seconds positive, got {args.repeats} and {args.seconds}")
     seconds = 0.5 if args.quick else args.seconds
     repeats = 1 if args.quick else args.repeats
+    if args.ab is not None:
+        from benchmarks import ab
+
+        ab.main(args.ab, repeats, seconds, args.quick)
+        return
     ns = [1, 16] if args.quick else [1, 4, 16, 64, 256]
     runtimes = [("coroutines", 1), ("threads", 1), ("processes", 1), ("processes", 2), (REPLICAS, 1), (REPLICAS, 2)]
     rows: list[dict[str, Any]] = []

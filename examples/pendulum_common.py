@@ -18,15 +18,17 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Annotated, Generic, Literal, Protocol, TypeVar
 
 import gymnasium as gym
 import paddle
+from annotated_types import Ge
 
 import parl
 from parl.agents import GymAgent
 from parl.training.evaluation_stopper import EvalStopper
 from parl.training.trainer import TrainConfig
+from parl.utils.config_check import check_config
 
 __all__ = [
     "ENV_ID",
@@ -111,16 +113,19 @@ class PendulumConfig:
 
     train: TrainConfig = field(default_factory=lambda: train_config("runs/pendulum"))
     """How the run is driven, logged, evaluated and checkpointed."""
-    num_agents: int = 4
+    num_agents: Annotated[int, Ge(1)] = 4
     """Agents (one env and one replay buffer each) feeding the shared learner."""
-    hidden: int = 64
+    hidden: Annotated[int, Ge(1)] = 64
     """Width of the actor's and critics' hidden layers."""
-    batch_size: int = 256
+    batch_size: Annotated[int, Ge(1)] = 256
     """Transitions per learning call (one agent's request)."""
-    learning_starts: int = 1_000
+    learning_starts: Annotated[int, Ge(0)] = 1_000
     """Transitions stored (over all agents) before learning starts."""
-    runtime: str = "coroutines"
-    """Runtime of the agents: ``coroutines`` or ``threads``."""
+    runtime: Literal["coroutines", "threads", "processes", "ray"] = "coroutines"
+    """Runtime of the agents: ``coroutines``, ``threads``, ``processes`` or ``ray``."""
+
+    def __post_init__(self) -> None:
+        check_config(self)
 
 
 def eval_env(config: PendulumConfig) -> Callable[[], gym.Env]:

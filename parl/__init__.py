@@ -44,10 +44,12 @@ from parl.framework.computation_wrapper import BatchStats, ComputationWrapper, W
 from parl.framework.errors import (
     AgentError,
     CheckpointError,
+    ConfigError,
     EnvFault,
     EnvFaultLimitError,
     HelperStateError,
     RunStopped,
+    SharedParameterError,
     TaskError,
     WrapperError,
 )
@@ -77,6 +79,7 @@ __all__ = [
     "Trainer",
     "TrainSummary",
     "CheckpointError",
+    "ConfigError",
     "EnvFault",
     "EnvFaultLimitError",
     "HelperStateError",
@@ -111,6 +114,7 @@ __all__ = [
     "RunReport",
     "RunStopped",
     "Runtime",
+    "SharedParameterError",
     "StepResult",
     "TaskConfig",
     "TaskError",

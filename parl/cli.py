@@ -14,6 +14,16 @@
 Checkpoints hold data only (safetensors), so ``eval`` and ``train --resume`` execute nothing they
 read. ``convert`` rewrites checkpoints of the old pickle format in place; it unpickles them, which
 runs any code they hold, so it trusts them and runs only with ``--trust-pickle``.
+
+**Errors.** A mistake of the user's is one line on stderr, ``parl <command>: error: <what was wrong>``,
+and exit code 2 (``USER_ERRORS``): ``CLIError`` (a path that is not a run, a missing flag),
+``CheckpointError`` (nothing to resume, an empty, truncated, random or foreign checkpoint file),
+``ValueError`` (an unknown experiment or field, a value of the wrong type, a config that its
+``__post_init__`` refuses, a ``config.json`` that is not JSON; ``SpecError`` is one),
+``FileNotFoundError``, ``NotADirectoryError``, ``IsADirectoryError`` and ``PermissionError`` (a path
+named in the message), and ``ImportError`` (an optional dependency missing). Anything else is a bug, of
+parl's or of the user's code, and keeps its traceback (exit code 1): a run whose agent failed ends with
+``AgentError`` and the agent's own traceback.
 """
 
 from __future__ import annotations
@@ -37,6 +47,19 @@ logger = logging.getLogger(__name__)
 
 class CLIError(Exception):
     """A user mistake: printed as one line, exit code 2."""
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    CLIError,
+    CheckpointError,
+    ValueError,  # SpecError, a bad config value or override, a config.json that is not JSON
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    ImportError,  # an optional dependency missing (matplotlib for plot)
+)
+"""What the command reports as the user's mistake: one line on stderr, exit code 2 (module docstring)."""
 
 
 def _load_run_config(path: Path) -> tuple[str, dict[str, Any]]:
@@ -243,10 +266,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("parl").setLevel(level)
     try:
         code: int = args.func(args)
-    except (CLIError, CheckpointError, ValueError, FileNotFoundError) as exc:
-        print(f"parl {args.command}: error: {exc}", file=sys.stderr)
+    except USER_ERRORS as exc:
+        print(f"parl {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     return code
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of a user error on one line (its own line breaks joined; the type's name when it has none)."""
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

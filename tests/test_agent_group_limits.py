@@ -340,7 +340,7 @@ def test_episode_history_none_keeps_everything_and_bad_values_are_refused() -> N
     for r in range(100):
         control.episode_done(0, float(r), 1)
     assert list(control.returns[0]) == [float(r) for r in range(100)] and control.episodes_by_agent[0] == 100
-    with pytest.raises(ValueError, match="episode_history must be None .* or >= 1, got 0"):
+    with pytest.raises(ValueError, match="episode_history: got 0 .int.; expected an int >= 1 or None"):
         parl.ManagerConfig(episode_history=0)
 
 

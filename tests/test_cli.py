@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,40 @@ def test_mistakes_get_one_clear_line_and_exit_code_2(argv: list[str], message: s
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def _truncate(file: Path) -> None:
+    file.write_bytes(file.read_bytes()[:100])
+
+
+def test_resume_with_no_checkpoint_or_a_damaged_one_is_one_line_and_exit_code_2(tmp_path, capsys) -> None:
+    nowhere = tmp_path / "nowhere"
+    assert main(["train", "cartpole_ppo", "--run-dir", str(nowhere), "--resume", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("parl train: error: nothing to resume in") and err.count("\n") == 1
+
+    run = tmp_path / "run"
+    argv = ["train", "cartpole_ppo", "--run-dir", str(run), "--no-progress", "--set", "train.max_steps=200", *TINY]
+    assert main(argv) == 0
+    capsys.readouterr()
+    damages = [
+        ("state.safetensors", lambda f: f.write_bytes(b""), "is empty (0 bytes), not a parl checkpoint"),
+        ("task_RL.pdckpt", _truncate, "is not a parl checkpoint: not a safetensors file, or one cut short"),
+    ]
+    for name, damage, says in damages:
+        copy = tmp_path / name
+        shutil.copytree(run, copy)
+        for file in (copy / "checkpoints").glob(f"step_*/{name}"):
+            damage(file)
+        assert main(["train", str(copy), "--resume", "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert says in err and name in err and err.count("\n") == 1, err
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"experiment": "cartpole_ppo",')
+    assert main(["train", str(broken), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{str(broken)!r} is not valid JSON" in err and err.count("\n") == 1
 
 
 def test_list_and_python_dash_m(capsys) -> None:

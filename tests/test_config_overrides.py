@@ -69,7 +69,7 @@ def test_bad_overrides_say_what_was_expected(override: str, message: str) -> Non
 
 
 def test_validation_of_the_target_config_still_runs() -> None:
-    with pytest.raises(ValueError, match="num_agents must be >= 1"):
+    with pytest.raises(ValueError, match=r"ManagerConfig\.num_agents: got 0 \(int\); expected an int >= 1"):
         apply_overrides(CartPoleOnPolicyConfig(), ["manager.num_agents=0"])
 
 

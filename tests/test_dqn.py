@@ -142,15 +142,15 @@ def test_a_minibatch_larger_than_the_batch_is_one_step() -> None:
 
 
 def test_dqn_config_and_model_validation() -> None:
-    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"gamma: got 1.5 \(float\); expected a float in \[0, 1\]"):
         DQNConfig(gamma=1.5)
-    with pytest.raises(ValueError, match="lr must be positive"):
+    with pytest.raises(ValueError, match=r"lr: got 0 \(int\); expected a float > 0"):
         DQNConfig(lr=0)
-    with pytest.raises(ValueError, match=r"tau must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"tau: got 1.0 \(float\); expected a float in \[0, 1\)"):
         DQNConfig(tau=1.0)
-    with pytest.raises(ValueError, match="epsilon_end <= epsilon_start"):
+    with pytest.raises(ValueError, match="epsilon_end=0.5 must be <= epsilon_start=0.1"):
         DQNConfig(epsilon_start=0.1, epsilon_end=0.5)
-    with pytest.raises(ValueError, match="minibatch_size must be None or >= 1"):
+    with pytest.raises(ValueError, match=r"minibatch_size: got 0 \(int\); expected an int >= 1 or None"):
         DQNConfig(minibatch_size=0)
 
     class TwoActions(TinyQ):

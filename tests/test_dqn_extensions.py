@@ -260,7 +260,7 @@ def test_n_step_rows_learn_through_the_agent_group() -> None:
 def test_n_step_config_needs_the_algorithms_gamma() -> None:
     with pytest.raises(ValueError, match="needs gamma"):
         parl.ExpReplayConfig(n_step=3)
-    with pytest.raises(ValueError, match="n_step must be >= 1"):
+    with pytest.raises(ValueError, match="n_step: got 0 .int.; expected an int >= 1"):
         parl.ExpReplayConfig(n_step=0)
     with pytest.raises(ValueError, match=r"gamma=0.99 \(the n-step reward discount\) differs"):
         _replay_helper(parl.ExpReplayConfig(n_step=3, gamma=0.99), gamma=0.5)

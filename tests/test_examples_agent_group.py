@@ -9,8 +9,9 @@ import pytest
 from test_agent_group_fakes import RUNTIMES
 
 import parl
-from examples.auxiliary_task.model_and_algorithm import CartPoleAuxModel, NextObservationPrediction
+from examples.auxiliary_task.model_and_algorithm import ForwardDynamicsModel, NextObservationPrediction
 from examples.auxiliary_task.train import build_manager as build_aux_manager
+from examples.cartpole_a2c.model import CartPoleActorCritic
 from examples.cartpole_a2c.train import build_manager as build_cartpole_manager
 from examples.hierarchical_grid.train import build_manager as build_hierarchical_manager
 from parl.algorithms.ppo import PPO, PPOConfig
@@ -34,10 +35,11 @@ def test_hierarchical_example_runs_both_tasks(runtime: str) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_auxiliary_example_trains_both_tasks_on_one_model() -> None:
+def test_auxiliary_example_trains_both_tasks_on_a_shared_trunk() -> None:
     manager = build_aux_manager(num_agents=4, max_steps=1500)
-    main, aux = manager.tasks["RL"], manager.tasks["aux"]
-    assert aux.algorithm.model is main.algorithm.model  # shared parameters
+    main, aux = manager.tasks["RL"].algorithm.model, manager.tasks["aux"].algorithm.model
+    assert aux is not main and aux.pi1 is main.pi1 and aux.pi2 is main.pi2  # type: ignore[attr-defined]
+    assert aux.learn_lock is main.learn_lock and aux.param_lock is main.param_lock  # one lock group
     report = manager.run()
     assert report.steps >= 1500
     assert report.training_stats["aux"].calls > 0 and report.training_stats["RL"].calls > 0
@@ -49,14 +51,15 @@ def test_auxiliary_example_trains_both_tasks_on_one_model() -> None:
 def test_auxiliary_learning_changes_the_main_policy_through_shared_parameters() -> None:
     paddle.seed(0)
     rng = np.random.default_rng(0)
-    main_algo = PPO(CartPoleAuxModel, PPOConfig())
+    main_algo = PPO(CartPoleActorCritic, PPOConfig())
     main = parl.ComputationTask("RL", main_algo)
-    aux = parl.ComputationTask("aux", NextObservationPrediction(main_algo.model, lr=1e-2))
+    aux_model = ForwardDynamicsModel(main_algo.model)
+    aux = parl.ComputationTask("aux", NextObservationPrediction(aux_model, lr=1e-2))
     model = main_algo.model
     obs = rng.normal(size=(32, 4)).astype(np.float32)
 
     def snapshot() -> dict[str, np.ndarray]:
-        return {p.name: p.numpy().copy() for p in model.parameters()}
+        return {p.name: p.numpy().copy() for m in (model, aux_model) for p in m.parameters()}
 
     def policy_logits() -> np.ndarray:
         with paddle.no_grad():
@@ -79,7 +82,7 @@ def test_auxiliary_learning_changes_the_main_policy_through_shared_parameters() 
     assert not np.allclose(main.predict({"obs": obs}, explore=False).extras["logp"], logp_before)
     params_after = snapshot()
     changed = {name for name in params_before if not np.array_equal(params_before[name], params_after[name])}
-    trunk = {p.name for layer in (model.pi1, model.pi2, model.aux_h, model.aux_out) for p in layer.parameters()}
+    trunk = {p.name for layer in (model.pi1, model.pi2, aux_model.aux_h, aux_model.aux_out) for p in layer.parameters()}
     untouched = {p.name for layer in (model.pi_out, model.v1, model.v2, model.v_out) for p in layer.parameters()}
     assert changed == trunk  # the shared trunk and the auxiliary head, nothing else
     assert not changed & untouched

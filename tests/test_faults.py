@@ -175,9 +175,9 @@ def test_an_env_that_cannot_be_built_fails_with_the_limit_error() -> None:
 
 
 def test_fault_config_rejects_bad_values() -> None:
-    with pytest.raises(ValueError, match="max_consecutive_faults must be >= 0"):
+    with pytest.raises(ValueError, match="max_consecutive_faults: got -1 .int.; expected an int >= 0"):
         parl.FaultConfig(max_consecutive_faults=-1)
-    with pytest.raises(ValueError, match="step_timeout_s must be > 0"):
+    with pytest.raises(ValueError, match="step_timeout_s: got 0.0 .float.; expected a float > 0"):
         parl.FaultConfig(step_timeout_s=0.0)
     with pytest.raises(ValueError, match="error_rate"):
         ChaosConfig(error_rate=1.5)

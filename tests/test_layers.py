@@ -36,10 +36,10 @@ def test_two_layerfuncs_get_different_names_and_parameters() -> None:
     b = layers.fc(size=5)
     x = _x()
     ya, yb = a(x).numpy(), b(x).numpy()
-    assert re.fullmatch(r"fc_\d+\.w_0", a.param_names[0]) and re.fullmatch(r"fc_\d+\.b_0", a.param_names[1])
+    assert re.fullmatch(r"parl_fc_\d+\.w_0", a.param_names[0]) and re.fullmatch(r"parl_fc_\d+\.b_0", a.param_names[1])
     assert set(a.param_names).isdisjoint(b.param_names)
-    n_a = int(a.layer_name.split("_")[1])
-    n_b = int(b.layer_name.split("_")[1])
+    n_a = int(a.layer_name.split("_")[-1])
+    n_b = int(b.layer_name.split("_")[-1])
     assert n_b > n_a
     assert not np.array_equal(ya, yb)
 
@@ -110,7 +110,7 @@ def test_conv2d_infers_channels_and_owns_named_params() -> None:
     assert y.shape == [2, 4, 8, 8]
     assert (y.numpy() >= 0).all()
     assert _suffixes(conv) == ["w_0", "b_0"]
-    assert conv.layer_name.startswith("conv2d_")
+    assert conv.layer_name.startswith("parl_conv2d_")
     np.testing.assert_array_equal(conv(x).numpy(), y.numpy())
     with pytest.raises(ValueError, match="input has 5 channels but the layer was built for 3"):
         conv(paddle.zeros([1, 5, 8, 8]))
@@ -149,7 +149,7 @@ def test_gru_cell_steps_and_owns_named_params() -> None:
     h = cell(_x(rows=2, cols=3), paddle.zeros([2, 6]))
     assert h.shape == [2, 6]
     assert _suffixes(cell) == ["w_ih", "w_hh", "b_ih", "b_hh"]
-    assert cell.layer_name.startswith("gru_")
+    assert cell.layer_name.startswith("parl_gru_")
 
 
 def test_layer_norm_normalises_the_last_axis() -> None:

@@ -241,7 +241,7 @@ def test_prioritized_helper_explains_a_missing_priority_output() -> None:
 
 
 def test_prioritized_config_checks() -> None:
-    with pytest.raises(ValueError, match="alpha >= 0"):
+    with pytest.raises(ValueError, match="alpha: got -1.0 .float.; expected a float >= 0"):
         parl.ExpReplayConfig(prioritized=True, alpha=-1.0)
     with pytest.raises(ValueError, match="eps must be > 0"):
         _buffer(eps=0.0)

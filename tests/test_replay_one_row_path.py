@@ -591,7 +591,7 @@ def test_a_task_without_reward_fields_still_stores_through_the_general_path() ->
 
 
 def test_replay_config_refuses_a_capacity_below_n_step() -> None:
-    with pytest.raises(ValueError, match="capacity .2. must hold at least n_step .3."):
+    with pytest.raises(ValueError, match="capacity=2 must hold at least n_step=3"):
         parl.ExpReplayConfig(capacity=2, n_step=3, gamma=0.9)
 
 

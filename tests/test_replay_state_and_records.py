@@ -112,7 +112,7 @@ def test_a_buffer_restores_into_the_same_capacity_where_it_was() -> None:
 
 
 def test_an_on_policy_helper_refuses_a_learner_thread() -> None:
-    with pytest.raises(ValueError, match="STORE_DATA or LearnTrigger.AGENT"):
+    with pytest.raises(ValueError, match="expected one of LearnTrigger.STORE_DATA, LearnTrigger.AGENT"):
         parl.OnPolicyConfig(learn_trigger=parl.LearnTrigger.THREAD)
 
 

@@ -120,7 +120,7 @@ def test_a_reset_deadline_set_alone_guards_the_envs() -> None:
     ],
 )
 def test_manager_config_refuses_budgets_and_intervals_that_mean_nothing(field: str, value: Any) -> None:
-    with pytest.raises(ValueError, match=f"ManagerConfig.{field} must be"):
+    with pytest.raises(parl.ConfigError, match=rf"ManagerConfig\.{field}: got .*; expected"):
         parl.ManagerConfig(num_agents=1, **{field: value})
 
 

@@ -60,13 +60,17 @@ def test_learning_starts_counts_a_restored_buffer_and_a_huge_value_still_switche
     wrapper: parl.ComputationWrapper,
 ) -> None:
     off = parl.ExpReplayHelper(
-        "RL", wrapper.create_communicator(0), parl.ExpReplayConfig(capacity=20, learning_starts=10**6, learn_every=1)
+        "RL",
+        wrapper.create_communicator(0),
+        parl.ExpReplayConfig(capacity=20, batch_size=4, learning_starts=10**6, learn_every=1),
     )
     _play(off, episodes=5, length=20)
     assert off.learn_calls == 0 and off.learn() is None
     # A restored buffer brings its count of stored transitions: learning goes on past learning_starts at once.
     resumed = parl.ExpReplayHelper(
-        "RL", wrapper.create_communicator(1), parl.ExpReplayConfig(capacity=20, learning_starts=60, learn_every=1)
+        "RL",
+        wrapper.create_communicator(1),
+        parl.ExpReplayConfig(capacity=20, batch_size=4, learning_starts=60, learn_every=1),
     )
     resumed.set_state_dict(off.state_dict())
     assert resumed.buffer.added == 100 and len(resumed.buffer) == 20

@@ -319,9 +319,9 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path) -> None:
 
 
 def test_train_config_rejects_bad_values() -> None:
-    with pytest.raises(ValueError, match="max_steps must be >= 1"):
+    with pytest.raises(ValueError, match="max_steps: got 0 .int.; expected an int >= 1"):
         TrainConfig(max_steps=0)
-    with pytest.raises(ValueError, match="eval_every must be >= 0"):
+    with pytest.raises(ValueError, match="eval_every: got -1 .int.; expected an int >= 0"):
         TrainConfig(eval_every=-1)
     with pytest.raises(ValueError, match="needs make_eval_env"):
         Trainer(_dqn_manager(), TrainConfig(eval_every=10))

@@ -169,3 +169,24 @@ def test_main_refuses_rounds_or_windows_that_measure_nothing(capsys: pytest.Capt
         with pytest.raises(SystemExit):
             throughput.main(argv)
         assert "--repeats must be at least 1 and --seconds positive" in capsys.readouterr().err
+
+
+def test_the_ab_row_script_measures_a_tree_in_a_process_of_its_own() -> None:
+    from benchmarks import ab
+
+    run = ab.run_row(ROOT, "CartPole-v1", 8, "coroutines", 0.3)
+    assert run["steps_per_s"] > 0 and run["cpu_us_per_step"] > 0 and 1 <= run["mean_batch"] <= 8
+
+
+def test_the_ab_summary_pairs_runs_and_reports_both_ratios() -> None:
+    from benchmarks import ab
+
+    def run(speed: float, cpu: float) -> dict[str, float]:
+        return {"steps_per_s": speed, "cpu_us_per_step": cpu, "mean_batch": 8.0}
+
+    pairs = [(run(100, 10), run(110, 9)), (run(100, 10), run(90, 11)), (run(200, 5), run(200, 5))]
+    row = ab._summary("CartPole-v1", 8, "coroutines", pairs)
+    assert row["speed_ratio"] == pytest.approx(1.0) and row["speed_lo"] == pytest.approx(0.9)
+    assert row["speed_hi"] == pytest.approx(1.1)
+    assert row["cpu_ratio"] == pytest.approx(1.0) and row["cpu_hi"] == pytest.approx(10 / 9)
+    assert "| CartPole-v1 | 8 | coroutines | 1.000 (0.900-1.100)" in ab.markdown([row], "abc", "B", 3, 2.0)

@@ -169,8 +169,14 @@ def run_and_check_every_episode_recovered(
 ) -> parl.RunReport:
     """Run ``manager`` (one agent on a :class:`_SerialEnv` that kills its worker once, after ``kill_after``
     episodes no report carried) and check every one of those episodes was counted from the ledger."""
+    def report_promptly_from_now(control: object) -> bool:
+        # The first launch, started already, reports every hour (its episodes stay unsent until it is killed);
+        # the restarted one reports as usual, so the run ends on its episode budget, not on its time budget.
+        process_worker.EPISODE_REPORT_S = 0.02
+        return False
+
     with caplog.at_level(logging.WARNING, logger="parl.runtimes.processes"):
-        report = manager.run()
+        report = manager.run(stop_when=report_promptly_from_now)
     assert report.restarts == 1 and report.faults.workers_lost == 1
     # Every episode the first launch finished is in the report, with its return, in order.
     assert report.returns[0][:kill_after] == [float(s) for s in range(1, kill_after + 1)]

@@ -1,8 +1,10 @@
-"""A CartPole actor-critic with an auxiliary head, and the auxiliary algorithm that trains it.
+"""An auxiliary task that shares the policy's trunk: its own model, algorithm, optimizer and task.
 
-The auxiliary task predicts the next observation from the policy's hidden
-features and the action. It shares the policy trunk with the main task, so its
-self-supervised gradient shapes the features the policy uses.
+The auxiliary model predicts the next observation from the policy's hidden features and the action.
+It does not copy the policy's trunk: it *calls* the main model's trunk layers (the same LayerFunc
+objects), so its self-supervised gradient shapes the features the policy uses. The two models share
+those parameters, and parl guards them as one (the tasks' lock groups, see
+:mod:`parl.framework.sharing`): the two optimizers never step at once.
 """
 
 from __future__ import annotations
@@ -12,19 +14,30 @@ import paddle
 import parl
 from examples.cartpole_a2c.model import CartPoleActorCritic
 from parl import layers
+from parl.data.specs import FieldSpec
 from parl.framework.algorithm import Tensors
 from parl.framework.types import Prediction, TrainingBatch
 
 
-class CartPoleAuxModel(CartPoleActorCritic):
-    """Actor-critic plus ``next_obs(inputs, action)``: a forward-dynamics head on the policy trunk."""
+class ForwardDynamicsModel(parl.Model):
+    """``next_obs(inputs, action)``: a forward-dynamics head on the trunk of ``policy_model`` (shared, not copied)."""
 
-    def __init__(self, hidden: int = 64) -> None:
-        super().__init__(hidden=hidden)
-        self.num_actions = 2
+    def __init__(self, policy_model: CartPoleActorCritic, hidden: int = 64, num_actions: int = 2) -> None:
+        super().__init__()
+        self.obs_dim = policy_model.obs_dim
+        self.num_actions = num_actions
+        # The main model's layer objects: calling them uses (and trains) the same parameters.
+        self.pi1 = policy_model.pi1
+        self.pi2 = policy_model.pi2
         # Sizes are given, so the head exists before any optimizer collects parameters.
-        self.aux_h = layers.fc(size=hidden, act="relu", input_size=hidden + self.num_actions)
+        self.aux_h = layers.fc(size=hidden, act="relu", input_size=hidden + num_actions)
         self.aux_out = layers.fc(size=self.obs_dim, input_size=hidden)
+
+    def input_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("obs", (self.obs_dim,), "float32")]
+
+    def action_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("action", (), "int64")]
 
     def next_obs(self, inputs: dict[str, paddle.Tensor], action: paddle.Tensor) -> paddle.Tensor:
         features = self.pi2(self.pi1(inputs["obs"]))
@@ -33,7 +46,8 @@ class CartPoleAuxModel(CartPoleActorCritic):
 
 
 class NextObservationPrediction(parl.Algorithm):
-    """Self-supervised regression of the next observation; usually given a *shared* model object."""
+    """Self-supervised regression of the next observation, with an optimizer of its own over its model's
+    parameters (the shared trunk included)."""
 
     def __init__(self, model: parl.Model, lr: float = 1e-3) -> None:
         super().__init__(model)

@@ -1,7 +1,8 @@
-"""CartPole with a main PPO task and an auxiliary next-observation task on the same model.
+"""CartPole with a main PPO task and an auxiliary next-observation task that shares the policy's trunk.
 
-Two ComputationTasks share one model: the auxiliary algorithm is given the
-main algorithm's model object, so both train the same policy trunk.
+The design document's auxiliary case: the auxiliary task has its own model, algorithm, optimizer and
+task, and its model calls the main model's trunk layers, so both tasks train the same trunk parameters
+(guarded as one by the tasks' lock groups).
 Run: ``python -m examples.auxiliary_task.train``.
 """
 
@@ -14,7 +15,8 @@ import gymnasium as gym
 import numpy as np
 
 import parl
-from examples.auxiliary_task.model_and_algorithm import CartPoleAuxModel, NextObservationPrediction
+from examples.auxiliary_task.model_and_algorithm import ForwardDynamicsModel, NextObservationPrediction
+from examples.cartpole_a2c.model import CartPoleActorCritic
 from parl.algorithms.ppo import PPO, PPOConfig
 
 
@@ -37,8 +39,9 @@ class AuxAgent(parl.Agent):
 
 
 def build_manager(num_agents: int = 8, max_steps: int = 20_000, runtime: str = "coroutines") -> parl.Manager:
-    main_algo = PPO(CartPoleAuxModel, PPOConfig())
-    aux_algo = NextObservationPrediction(main_algo.model)  # the same model object: shared parameters
+    main_algo = PPO(CartPoleActorCritic, PPOConfig())
+    # A model of its own that calls the main model's trunk layers: the trunk's parameters are shared.
+    aux_algo = NextObservationPrediction(ForwardDynamicsModel(main_algo.model))
     tasks = [
         parl.TaskConfig(
             "RL",

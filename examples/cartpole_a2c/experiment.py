@@ -7,8 +7,10 @@ parl train cartpole_a2c --set manager.num_agents=32
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 import gymnasium as gym
+from annotated_types import Ge
 
 import parl
 from examples.cartpole_a2c.model import CartPoleActorCritic
@@ -17,6 +19,10 @@ from parl.algorithms.a2c import A2C, A2CConfig
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.training.experiment import Experiment
 from parl.training.trainer import TrainConfig
+from parl.utils.config_check import check_config
+
+OnPolicyAlgorithm = Literal["ppo", "a2c"]
+"""The algorithms of these experiments."""
 
 
 @dataclass
@@ -31,22 +37,21 @@ class CartPoleOnPolicyConfig:
     """How the run is driven, logged, evaluated and checkpointed."""
     manager: parl.ManagerConfig = field(default_factory=lambda: parl.ManagerConfig(num_agents=16))
     """Agents and runtime."""
-    algorithm: str = "ppo"
+    algorithm: OnPolicyAlgorithm = "ppo"
     """``ppo`` or ``a2c``."""
     ppo: PPOConfig = field(default_factory=lambda: PPOConfig(lr=1e-3))
     """PPO settings (used when algorithm is ppo)."""
     a2c: A2CConfig = field(default_factory=lambda: A2CConfig(lr=1e-3))
     """A2C settings (used when algorithm is a2c)."""
-    sample_interval: int = 16
+    sample_interval: Annotated[int, Ge(1)] = 16
     """Steps each agent collects before sending them to the learner."""
-    hidden: int = 64
+    hidden: Annotated[int, Ge(1)] = 64
     """Width of the actor-critic's hidden layers."""
     env_id: str = "CartPole-v1"
     """The gymnasium env."""
 
     def __post_init__(self) -> None:
-        if self.algorithm not in ("ppo", "a2c"):
-            raise ValueError(f"algorithm must be 'ppo' or 'a2c', got {self.algorithm!r}")
+        check_config(self)
 
 
 def build(config: CartPoleOnPolicyConfig) -> parl.Manager:
@@ -83,7 +88,7 @@ PPO_EXPERIMENT = Experiment(
 class CartPoleA2CConfig(CartPoleOnPolicyConfig):
     """The same problem with A2C by default."""
 
-    algorithm: str = "a2c"
+    algorithm: OnPolicyAlgorithm = "a2c"
 
 
 A2C_EXPERIMENT = Experiment("cartpole_a2c", CartPoleA2CConfig, build, _eval_env, description="CartPole-v1, A2C")

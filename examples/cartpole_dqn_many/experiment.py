@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 import gymnasium as gym
+from annotated_types import Ge
 
 import parl
 from examples.cartpole_dqn_many.train import CARTPOLE, DQNManySettings, build_manager
 from parl.training.experiment import Experiment
 from parl.training.trainer import TrainConfig
+from parl.utils.config_check import check_config
 
 
 def train_config(settings: DQNManySettings, run_dir: str) -> TrainConfig:
@@ -45,10 +48,13 @@ class DQNManyConfig:
     """How the run is driven, logged, evaluated and checkpointed (``train.*`` set the budget and target)."""
     dqn: DQNManySettings = field(default_factory=lambda: CARTPOLE)
     """The env, agents, Q-network, DQN and replay settings; its max_steps, eval_every, stop_value are unused."""
-    seed: int = 0
+    seed: Annotated[int, Ge(0)] = 0
     """Seeds the initial parameters, DQN's exploration, the replay sampling and the agents' envs."""
-    runtime: str = "coroutines"
-    """Runtime of the agents: ``coroutines`` or ``threads``."""
+    runtime: Literal["coroutines", "threads", "processes", "ray"] = "coroutines"
+    """Runtime of the agents: ``coroutines``, ``threads``, ``processes`` or ``ray``."""
+
+    def __post_init__(self) -> None:
+        check_config(self)
 
 
 def build(config: DQNManyConfig) -> parl.Manager:

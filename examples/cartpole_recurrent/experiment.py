@@ -18,6 +18,7 @@ import parl
 from examples.cartpole_recurrent.train import RecurrentSettings, build_manager, make_env
 from parl.training.experiment import Experiment
 from parl.training.trainer import TrainConfig
+from parl.utils.config_check import check_config
 
 
 def _train_config() -> TrainConfig:
@@ -41,6 +42,9 @@ class CartPoleRecurrentConfig:
     """How the run is driven, logged, evaluated and checkpointed (``train.*`` set the budget and target)."""
     recurrent: RecurrentSettings = field(default_factory=RecurrentSettings)
     """Model, agents, PPO settings, runtime and seed; its max_steps, eval_every, stop_value are unused."""
+
+    def __post_init__(self) -> None:
+        check_config(self)
 
 
 def build(config: CartPoleRecurrentConfig) -> parl.Manager:

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import paddle
+from annotated_types import Ge, Gt, Interval
 
-from parl.algorithms.functional import categorical_entropy, categorical_log_prob, gae_advantages
+from parl.algorithms.functional import (
+    categorical_entropy,
+    categorical_log_prob,
+    check_action_indices,
+    gae_advantages,
+)
 from parl.algorithms.optim import FusedAdam
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
+from parl.utils.config_check import check_config
 
 __all__ = ["A2C", "A2CConfig"]
 
@@ -20,26 +28,23 @@ __all__ = ["A2C", "A2CConfig"]
 class A2CConfig:
     """Settings of :class:`A2C`."""
 
-    lr: float = 7e-4
+    lr: Annotated[float, Gt(0)] = 7e-4
     """Adam learning rate."""
-    gamma: float = 0.99
+    gamma: Annotated[float, Interval(ge=0, le=1)] = 0.99
     """Discount factor."""
-    gae_lambda: float = 0.95
+    gae_lambda: Annotated[float, Interval(ge=0, le=1)] = 0.95
     """GAE lambda (1.0: Monte-Carlo-like n-step returns, 0.0: one-step TD)."""
-    value_coef: float = 0.5
+    value_coef: Annotated[float, Ge(0)] = 0.5
     """Weight of the value loss."""
-    entropy_coef: float = 0.01
+    entropy_coef: Annotated[float, Ge(0)] = 0.01
     """Weight of the entropy bonus."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: Annotated[float, Ge(0)] = 0.5
     """Clip the global gradient norm to this value (0 disables)."""
     normalize_advantages: bool = True
     """Standardise advantages within each learning batch."""
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
-            raise ValueError("A2CConfig.gamma and gae_lambda must be in [0, 1]")
-        if self.lr <= 0:
-            raise ValueError(f"A2CConfig.lr must be positive, got {self.lr}")
+        check_config(self)
 
 
 class A2C(Algorithm):
@@ -53,8 +58,10 @@ class A2C(Algorithm):
         algo = A2C(lambda: CartPoleActorCritic(), A2CConfig(lr=1e-3))
         task = ComputationTask("RL", algorithm=algo)
 
+    ``predict`` also returns the logits as ``extras["logits"]``.
     ``learn`` reports ``loss``, ``policy_loss``, ``value_loss``, ``entropy``
-    and per sample ``advantage``. Recurrent models (with ``state_specs``) are
+    and per sample ``advantage``; an action index outside the logits' width is
+    a ``ValueError``. Recurrent models (with ``state_specs``) are
     refused; :class:`~parl.algorithms.ppo.PPO` supports them.
     """
 
@@ -87,14 +94,16 @@ class A2C(Algorithm):
 
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
         logits = self.model.policy(inputs)  # type: ignore[operator]
+        logits_np = logits.numpy()
         if explore:
             probs = paddle.nn.functional.softmax(logits, axis=-1).numpy().astype(np.float64)
             cum = probs.cumsum(axis=-1)
             u = np.random.random((probs.shape[0], 1)) * cum[:, -1:]
             action = (u > cum).sum(axis=-1).clip(max=probs.shape[1] - 1)
         else:
-            action = logits.argmax(axis=-1).numpy()
-        return Prediction(actions={self.action_name: action.astype(np.int64)})
+            action = logits_np.argmax(axis=-1)
+        # The logits as extras: their width is the model's action count (GymAgent checks it against the env).
+        return Prediction(actions={self.action_name: action.astype(np.int64)}, extras={"logits": logits_np})
 
     def advantages(self, batch: TrainingBatch) -> tuple[paddle.Tensor, np.ndarray, np.ndarray]:
         """Values, GAE advantages and value targets of a batch (no gradient through the targets).
@@ -121,6 +130,7 @@ class A2C(Algorithm):
         v_t, adv, returns = self.advantages(batch)
         adv_used = (adv - adv.mean()) / (adv.std() + 1e-8) if c.normalize_advantages and adv.size > 1 else adv
         logits = self.model.policy(batch.inputs)  # type: ignore[operator]
+        check_action_indices(batch.actions[self.action_name], logits.shape[-1], "A2C.learn")
         logp = categorical_log_prob(logits, batch.actions[self.action_name])
         policy_loss = -(logp * self.tensor("advantage", adv_used.astype(np.float32))).mean()
         value_loss = (v_t - self.tensor("returns", returns)).square().mean()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import paddle
+from annotated_types import Ge, Gt, Interval
 
 from parl.algorithms.continuous import (
     actor_critic_params,
@@ -22,6 +23,7 @@ from parl.algorithms.optim import FusedAdam
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
+from parl.utils.config_check import check_config
 
 __all__ = ["DDPG", "DDPGConfig"]
 
@@ -30,36 +32,27 @@ __all__ = ["DDPG", "DDPGConfig"]
 class DDPGConfig:
     """Settings of :class:`DDPG`."""
 
-    lr_actor: float = 1e-3
+    lr_actor: Annotated[float, Gt(0)] = 1e-3
     """Adam learning rate of the actor."""
-    lr_critic: float = 1e-3
+    lr_critic: Annotated[float, Gt(0)] = 1e-3
     """Adam learning rate of the critic."""
-    gamma: float = 0.99
+    gamma: Annotated[float, Interval(ge=0, le=1)] = 0.99
     """Discount factor."""
-    tau: float = 0.005
+    tau: Annotated[float, Interval(gt=0, le=1)] = 0.005
     """Target networks move this fraction of the way to the online ones after every learn step."""
-    exploration_noise: float = 0.1
+    exploration_noise: Annotated[float, Ge(0)] = 0.1
     """Std of the Gaussian noise added to exploring actions, in normalised units (1 = half the action range)."""
-    random_action_samples: int = 0
+    random_action_samples: Annotated[int, Ge(0)] = 0
     """The first this many exploring predictions (samples, over all agents) are uniform random actions."""
     action_low: float | Sequence[float] | None = None
     """Lower action bound(s) of the environment; None: the model's ``action_low`` attribute."""
     action_high: float | Sequence[float] | None = None
     """Upper action bound(s) of the environment; None: the model's ``action_high`` attribute."""
-    seed: int | None = None
+    seed: Annotated[int, Ge(0)] | None = None
     """Seed of the exploration noise."""
 
     def __post_init__(self) -> None:
-        if self.lr_actor <= 0 or self.lr_critic <= 0:
-            raise ValueError(f"DDPGConfig learning rates must be positive, got {self.lr_actor}, {self.lr_critic}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"DDPGConfig.gamma must be in [0, 1], got {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"DDPGConfig.tau must be in (0, 1], got {self.tau}")
-        if self.exploration_noise < 0:
-            raise ValueError(f"DDPGConfig.exploration_noise must be >= 0, got {self.exploration_noise}")
-        if self.random_action_samples < 0:
-            raise ValueError(f"DDPGConfig.random_action_samples must be >= 0, got {self.random_action_samples}")
+        check_config(self)
 
 
 class DDPG(Algorithm):

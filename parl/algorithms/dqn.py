@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import paddle
+from annotated_types import Ge, Gt, Interval
 
-from parl.algorithms.functional import double_q_target, huber_loss, q_target, td_target
+from parl.algorithms.functional import (
+    check_action_indices,
+    double_q_target,
+    huber_loss,
+    q_target,
+    td_target,
+)
 from parl.algorithms.optim import FusedAdam
 from parl.data.specs import FieldSpec
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
+from parl.utils.config_check import Rule, check_config
 
 __all__ = ["DQN", "DQNConfig"]
 
@@ -23,47 +31,40 @@ __all__ = ["DQN", "DQNConfig"]
 class DQNConfig:
     """Settings of :class:`DQN`."""
 
-    lr: float = 1e-3
+    lr: Annotated[float, Gt(0)] = 1e-3
     """Adam learning rate."""
-    gamma: float = 0.99
+    gamma: Annotated[float, Interval(ge=0, le=1)] = 0.99
     """Discount factor."""
     double_q: bool = True
     """Use the online network's argmax to pick the bootstrap action (double DQN)."""
-    target_update_interval: int = 200
+    target_update_interval: Annotated[int, Ge(1)] = 200
     """Copy the online network into the target every this many gradient steps (when ``tau`` is 0)."""
-    tau: float = 0.0
+    tau: Annotated[float, Interval(ge=0, lt=1)] = 0.0
     """If > 0, blend the target by ``target = (1 - tau) * target + tau * online`` after every gradient step."""
-    minibatch_size: int | None = None
+    minibatch_size: Annotated[int, Ge(1)] | None = None
     """None: one gradient step per learning call, on the whole batch. A number: the batch is cut, in
     row order, into minibatches of this many rows, one gradient step each (the last may be smaller).
     With a replay helper that sends ``k * minibatch_size`` sampled rows per request, one call makes
     a burst of ``k`` gradient steps, the schedule of RL-Zoo's ``train_freq`` / ``gradient_steps``."""
-    huber_delta: float = 1.0
+    huber_delta: Annotated[float, Gt(0)] = 1.0
     """Huber loss threshold on the TD error."""
-    max_grad_norm: float = 10.0
+    max_grad_norm: Annotated[float, Ge(0)] = 10.0
     """Clip the global gradient norm to this value (0 disables clipping)."""
-    epsilon_start: float = 1.0
+    epsilon_start: Annotated[float, Interval(ge=0, le=1)] = 1.0
     """Exploration rate at the first prediction."""
-    epsilon_end: float = 0.05
+    epsilon_end: Annotated[float, Interval(ge=0, le=1)] = 0.05
     """Exploration rate after ``epsilon_decay_samples`` exploring predictions."""
-    epsilon_decay_samples: int = 10_000
+    epsilon_decay_samples: Annotated[int, Ge(0)] = 10_000
     """Number of exploring predicted samples over which epsilon decays linearly."""
-    seed: int | None = None
+    seed: Annotated[int, Ge(0)] | None = None
     """Seed of the exploration random generator."""
 
+    config_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(lambda c: c.epsilon_end <= c.epsilon_start, "{epsilon_end} must be <= {epsilon_start}"),
+    )
+
     def __post_init__(self) -> None:
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"DQNConfig.gamma must be in [0, 1], got {self.gamma}")
-        if self.lr <= 0:
-            raise ValueError(f"DQNConfig.lr must be positive, got {self.lr}")
-        if self.target_update_interval < 1:
-            raise ValueError(f"DQNConfig.target_update_interval must be >= 1, got {self.target_update_interval}")
-        if not 0.0 <= self.tau < 1.0:
-            raise ValueError(f"DQNConfig.tau must be in [0, 1), got {self.tau}")
-        if self.minibatch_size is not None and self.minibatch_size < 1:
-            raise ValueError(f"DQNConfig.minibatch_size must be None or >= 1, got {self.minibatch_size}")
-        if not 0.0 <= self.epsilon_end <= self.epsilon_start <= 1.0:
-            raise ValueError("DQNConfig needs 0 <= epsilon_end <= epsilon_start <= 1")
+        check_config(self)
 
 
 class DQN(Algorithm):
@@ -82,7 +83,9 @@ class DQN(Algorithm):
     by ``TrainingBatch.weights`` (importance weights of prioritized replay)
     and discounts the bootstrap value of ``k``-step rows
     (``TrainingBatch.bootstrap_steps``, written by ``ExpReplayHelper`` with
-    ``n_step > 1``) by ``gamma ** k``.
+    ``n_step > 1``) by ``gamma ** k``. An action index outside the Q-values'
+    width, and importance weights that are negative or not finite, are a
+    ``ValueError``.
     """
 
     uses_bootstrap_steps = True
@@ -150,6 +153,7 @@ class DQN(Algorithm):
         action = batch.actions[self.action_name]
         reward = next(iter(batch.rewards.values()))
         q_t = self.model.value(batch.inputs)  # type: ignore[operator]
+        check_action_indices(action, q_t.shape[-1], "DQN.learn")
         q_sa = paddle.take_along_axis(q_t, action.astype("int64").unsqueeze(-1), axis=-1).squeeze(-1)
         with paddle.no_grad():
             q_tp1_target = self.target_model.value(batch.next_inputs)  # type: ignore[operator]

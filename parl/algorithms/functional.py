@@ -1,4 +1,5 @@
-"""RL maths as small pure functions on paddle tensors and numpy arrays (time/batch level in names).
+"""RL maths as small pure functions on paddle tensors and numpy arrays (time/batch level in names), and the
+checks of what the algorithms' ``learn`` is given (action indices, importance weights).
 
 Every function here is tested against hand-computed numbers: ``tests/test_functional.py``, and
 ``n_step_return`` in ``tests/test_dqn_extensions.py``, ``sequence_starts`` and ``unroll_sequences``
@@ -26,6 +27,7 @@ __all__ = [
     "categorical_entropy",
     "clip_grad_norm_",
     "clip_grads_",
+    "check_action_indices",
 ]
 
 
@@ -254,3 +256,26 @@ def clip_grads_(grads: Sequence[paddle.Tensor], max_norm: float) -> float:
             for g in grads:
                 g.scale_(scale)
     return norm
+
+
+def check_action_indices(actions: paddle.Tensor | np.ndarray, num_actions: int, where: str) -> None:
+    """Raise ``ValueError`` unless every discrete action index in ``actions`` is in ``[0, num_actions)``.
+
+    ``num_actions`` is the width of the model's Q-values or logits, ``where`` names the caller in the
+    message (for example ``"task 'RL' (DQN.learn)"``). Without this, an index past the end is a raw
+    gather error deep in Paddle and a negative one silently picks an output from the end::
+
+        check_action_indices(np.array([0, 1, 2]), 2, "DQN.learn")   # ValueError: ... index 2 ... [0, 2)
+    """
+    a_t = actions.numpy() if isinstance(actions, paddle.Tensor) else np.asarray(actions)
+    if a_t.size == 0:
+        return
+    lo, hi = a_t.min(), a_t.max()
+    if lo >= 0 and hi < num_actions:
+        return
+    row = int(np.argmax(a_t.reshape(-1) < 0)) if lo < 0 else int(np.argmax(a_t.reshape(-1) >= num_actions))
+    bad = lo if lo < 0 else hi
+    raise ValueError(
+        f"{where}: action index {int(bad)} (row {row}) is outside the valid range [0, {num_actions}) of the "
+        f"model's {num_actions} outputs; the actions given to learn must be indices the model can score"
+    )

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import paddle
+from annotated_types import Ge, Gt, Interval
 
 from parl.algorithms.functional import (
     categorical_entropy,
     categorical_log_prob,
+    check_action_indices,
     gae_advantages,
     sequence_starts,
     unroll_sequences,
@@ -20,6 +23,7 @@ from parl.data.specs import FieldSpec
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
+from parl.utils.config_check import check_config
 
 __all__ = ["PPO", "PPOConfig"]
 
@@ -28,37 +32,32 @@ __all__ = ["PPO", "PPOConfig"]
 class PPOConfig:
     """Settings of :class:`PPO`."""
 
-    lr: float = 1e-3
+    lr: Annotated[float, Gt(0)] = 1e-3
     """Adam learning rate."""
-    gamma: float = 0.98
+    gamma: Annotated[float, Interval(ge=0, le=1)] = 0.98
     """Discount factor."""
-    gae_lambda: float = 0.8
+    gae_lambda: Annotated[float, Interval(ge=0, le=1)] = 0.8
     """GAE lambda."""
-    clip_range: float = 0.2
+    clip_range: Annotated[float, Interval(gt=0, lt=1)] = 0.2
     """Clip the probability ratio to ``[1 - clip_range, 1 + clip_range]``."""
-    epochs: int = 20
+    epochs: Annotated[int, Ge(1)] = 20
     """Passes over each learning batch."""
-    minibatch_size: int = 256
+    minibatch_size: Annotated[int, Ge(1)] = 256
     """Samples per gradient step (the batch is cut into minibatches of this size; with a recurrent model,
     into groups of whole sequences of at least this many samples)."""
-    value_coef: float = 0.5
+    value_coef: Annotated[float, Ge(0)] = 0.5
     """Weight of the value loss."""
-    entropy_coef: float = 0.0
+    entropy_coef: Annotated[float, Ge(0)] = 0.0
     """Weight of the entropy bonus."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: Annotated[float, Ge(0)] = 0.5
     """Clip the global gradient norm to this value (0 disables)."""
     normalize_advantages: bool = True
     """Standardise advantages within each minibatch."""
-    seed: int | None = None
+    seed: Annotated[int, Ge(0)] | None = None
     """Seed of minibatch shuffling and action sampling."""
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.minibatch_size < 1:
-            raise ValueError("PPOConfig.epochs and minibatch_size must be >= 1")
-        if not 0.0 < self.clip_range < 1.0:
-            raise ValueError(f"PPOConfig.clip_range must be in (0, 1), got {self.clip_range}")
-        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
-            raise ValueError("PPOConfig.gamma and gae_lambda must be in [0, 1]")
+        check_config(self)
 
 
 class PPO(Algorithm):
@@ -72,8 +71,10 @@ class PPO(Algorithm):
         algo = PPO(lambda: CartPoleActorCritic(), PPOConfig())
         task = ComputationTask("RL", algorithm=algo)
 
+    It also returns the log-softmax of the logits as ``extras["logits"]``.
     ``learn`` reports ``loss``, ``policy_loss``, ``value_loss``, ``entropy``,
-    ``approx_kl``, ``clip_fraction`` and per sample ``advantage``.
+    ``approx_kl``, ``clip_fraction`` and per sample ``advantage``; an action
+    index outside the logits' width is a ``ValueError``.
 
     **Recurrent models.** When the model declares ``state_specs``, its methods
     take the states and return the next ones too: ``policy(inputs, states) ->
@@ -187,7 +188,9 @@ class PPO(Algorithm):
         return Prediction(
             actions={self.action_name: action.astype(np.int64)},
             states=dict(next_states),
-            extras={"logp": logp.astype(np.float32)},
+            # "logits": the log-softmax of the policy's logits (the same distribution); their width is the
+            # model's action count, which GymAgent checks against the env's.
+            extras={"logp": logp.astype(np.float32), "logits": logp_all},
         )
 
     def values(self, batch: TrainingBatch) -> tuple[paddle.Tensor, paddle.Tensor]:
@@ -253,6 +256,8 @@ class PPO(Algorithm):
                         mb_adv = _standardized(mb_adv)
                     mb_neg_adv = self.tensor("mb_neg_adv", -mb_adv)
                 logits, mb_states_t, _ = self.unroll(mb_inputs, mb_states, mb_seg)
+                if not parts:  # once per call, on every row, before the first step uses any of them
+                    check_action_indices(actions, logits.shape[-1], "PPO.learn")
                 ratio = paddle.exp(categorical_log_prob(logits, mb_actions) - mb_old_logp)
                 # -min(r * A, clip(r) * A) = max(r * -A, clip(r) * -A)
                 policy_loss = paddle.maximum(ratio * mb_neg_adv, paddle.clip(ratio, lo, hi) * mb_neg_adv).mean()

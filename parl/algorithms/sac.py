@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 import paddle
+from annotated_types import Ge, Gt, Interval
 
 from parl.algorithms.continuous import (
     actor_critic_params,
@@ -26,6 +27,7 @@ from parl.algorithms.optim import FusedAdam
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
+from parl.utils.config_check import Rule, check_config
 
 __all__ = ["SAC", "SACConfig", "Temperature"]
 
@@ -34,19 +36,19 @@ __all__ = ["SAC", "SACConfig", "Temperature"]
 class SACConfig:
     """Settings of :class:`SAC`."""
 
-    lr_actor: float = 3e-4
+    lr_actor: Annotated[float, Gt(0)] = 3e-4
     """Adam learning rate of the actor."""
-    lr_critic: float = 3e-4
+    lr_critic: Annotated[float, Gt(0)] = 3e-4
     """Adam learning rate of the two critics."""
-    lr_alpha: float = 3e-4
+    lr_alpha: Annotated[float, Gt(0)] = 3e-4
     """Adam learning rate of ``log alpha`` (automatic entropy tuning)."""
-    gamma: float = 0.99
+    gamma: Annotated[float, Interval(ge=0, le=1)] = 0.99
     """Discount factor."""
-    tau: float = 0.005
+    tau: Annotated[float, Interval(gt=0, le=1)] = 0.005
     """Target critics move this fraction of the way to the online ones at each target update."""
-    target_update_interval: int = 1
+    target_update_interval: Annotated[int, Ge(1)] = 1
     """Soft-update the targets every this many learn steps."""
-    initial_alpha: float = 1.0
+    initial_alpha: Annotated[float, Gt(0)] = 1.0
     """Entropy temperature at the start (kept fixed when ``auto_alpha`` is False)."""
     auto_alpha: bool = True
     """Tune alpha so that the policy's entropy tracks ``target_entropy``."""
@@ -56,30 +58,21 @@ class SACConfig:
     """The actor's ``log_std`` is clipped to ``[log_std_min, log_std_max]``."""
     log_std_max: float = 2.0
     """Upper clip of the actor's ``log_std``."""
-    random_action_samples: int = 0
+    random_action_samples: Annotated[int, Ge(0)] = 0
     """The first this many exploring predictions (samples, over all agents) are uniform random actions."""
     action_low: float | Sequence[float] | None = None
     """Lower action bound(s) of the environment; None: the model's ``action_low`` attribute."""
     action_high: float | Sequence[float] | None = None
     """Upper action bound(s) of the environment; None: the model's ``action_high`` attribute."""
-    seed: int | None = None
+    seed: Annotated[int, Ge(0)] | None = None
     """Seed of action sampling."""
 
+    config_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(lambda c: c.log_std_min < c.log_std_max, "{log_std_min} must be < {log_std_max}"),
+    )
+
     def __post_init__(self) -> None:
-        if min(self.lr_actor, self.lr_critic, self.lr_alpha) <= 0:
-            raise ValueError("SACConfig learning rates must be positive")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"SACConfig.gamma must be in [0, 1], got {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"SACConfig.tau must be in (0, 1], got {self.tau}")
-        if self.target_update_interval < 1:
-            raise ValueError(f"SACConfig.target_update_interval must be >= 1, got {self.target_update_interval}")
-        if self.initial_alpha <= 0:
-            raise ValueError(f"SACConfig.initial_alpha must be positive, got {self.initial_alpha}")
-        if self.log_std_min >= self.log_std_max:
-            raise ValueError("SACConfig needs log_std_min < log_std_max")
-        if self.random_action_samples < 0:
-            raise ValueError(f"SACConfig.random_action_samples must be >= 0, got {self.random_action_samples}")
+        check_config(self)
 
 
 class Temperature(paddle.nn.Layer):

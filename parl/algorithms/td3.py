@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import paddle
+from annotated_types import Ge, Gt, Interval
 
 from parl.algorithms.continuous import (
     actor_critic_params,
@@ -25,6 +26,7 @@ from parl.algorithms.optim import FusedAdam
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
 from parl.framework.types import Prediction, TrainingBatch
+from parl.utils.config_check import check_config
 
 __all__ = ["TD3", "TD3Config"]
 
@@ -33,44 +35,33 @@ __all__ = ["TD3", "TD3Config"]
 class TD3Config:
     """Settings of :class:`TD3`."""
 
-    lr_actor: float = 1e-3
+    lr_actor: Annotated[float, Gt(0)] = 1e-3
     """Adam learning rate of the actor."""
-    lr_critic: float = 1e-3
+    lr_critic: Annotated[float, Gt(0)] = 1e-3
     """Adam learning rate of the two critics."""
-    gamma: float = 0.99
+    gamma: Annotated[float, Interval(ge=0, le=1)] = 0.99
     """Discount factor."""
-    tau: float = 0.005
+    tau: Annotated[float, Interval(gt=0, le=1)] = 0.005
     """Target networks move this fraction of the way to the online ones at each actor update."""
-    policy_delay: int = 2
+    policy_delay: Annotated[int, Ge(1)] = 2
     """Update the actor and the targets once every this many critic updates."""
-    target_noise: float = 0.2
+    target_noise: Annotated[float, Ge(0)] = 0.2
     """Std of the Gaussian noise added to the target action (target policy smoothing), normalised units."""
-    target_noise_clip: float = 0.5
+    target_noise_clip: Annotated[float, Ge(0)] = 0.5
     """The target-action noise is clipped to ``[-target_noise_clip, target_noise_clip]``."""
-    exploration_noise: float = 0.1
+    exploration_noise: Annotated[float, Ge(0)] = 0.1
     """Std of the Gaussian noise added to exploring actions, in normalised units (1 = half the action range)."""
-    random_action_samples: int = 0
+    random_action_samples: Annotated[int, Ge(0)] = 0
     """The first this many exploring predictions (samples, over all agents) are uniform random actions."""
     action_low: float | Sequence[float] | None = None
     """Lower action bound(s) of the environment; None: the model's ``action_low`` attribute."""
     action_high: float | Sequence[float] | None = None
     """Upper action bound(s) of the environment; None: the model's ``action_high`` attribute."""
-    seed: int | None = None
+    seed: Annotated[int, Ge(0)] | None = None
     """Seed of exploration and target-smoothing noise."""
 
     def __post_init__(self) -> None:
-        if self.lr_actor <= 0 or self.lr_critic <= 0:
-            raise ValueError(f"TD3Config learning rates must be positive, got {self.lr_actor}, {self.lr_critic}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"TD3Config.gamma must be in [0, 1], got {self.gamma}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"TD3Config.tau must be in (0, 1], got {self.tau}")
-        if self.policy_delay < 1:
-            raise ValueError(f"TD3Config.policy_delay must be >= 1, got {self.policy_delay}")
-        if self.target_noise < 0 or self.target_noise_clip < 0 or self.exploration_noise < 0:
-            raise ValueError("TD3Config noise settings must be >= 0")
-        if self.random_action_samples < 0:
-            raise ValueError(f"TD3Config.random_action_samples must be >= 0, got {self.random_action_samples}")
+        check_config(self)
 
 
 class TD3(Algorithm):

@@ -28,6 +28,7 @@ __all__ = [
     "SpecError",
     "all_finite",
     "all_finite_array",
+    "as_flag",
 ]
 
 
@@ -344,3 +345,44 @@ def checked_outputs(
 def zeros_for(specs: Sequence[FieldSpec], batch_size: int) -> dict[str, np.ndarray]:
     """A batch of zeros for ``specs``, e.g. the initial recurrent state."""
     return {s.name: np.zeros((batch_size,) + s.shape, dtype=s.np_dtype) for s in specs}
+
+
+def as_flag(value: object, where: str) -> bool:
+    """``value`` as a ``bool`` when it is bool-like: a Python or NumPy bool (also as a 0-d array), or the
+    integer 0 or 1. Anything else (the string ``'False'``, which ``bool()`` calls true, None, a float, an
+    array of several values) raises :class:`SpecError` naming ``where`` and the value::
+
+        as_flag(np.bool_(True), "agent 3, env step field 'terminated'")   # True
+        as_flag("False", "agent 3, env step field 'terminated'")          # SpecError
+    """
+    if value is True or value is False:
+        return value  # type: ignore[return-value]
+    integral = isinstance(value, (np.bool_, np.integer, int)) or (
+        isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "biu"
+    )
+    if integral and (value == 0 or value == 1):
+        return bool(value)  # type: ignore[arg-type]
+    raise SpecError(
+        f"{where}: expected a bool (True or False, a NumPy bool, or the integer 0 or 1), got {value!r} "
+        f"of type {type(value).__name__}"
+    )
+
+
+def check_importance_weights(weights: np.ndarray | None, where: str) -> None:
+    """Raise ``ValueError`` unless the importance weights of a batch are finite and ``>= 0`` (None passes).
+
+    A negative weight turns that row's loss into a gain, a NaN poisons every parameter: both come from a
+    mistake upstream (a priority or beta gone wrong)::
+
+        check_importance_weights(np.array([1.0, -0.5]), "task 'RL'")   # ValueError naming 'weights'
+    """
+    if weights is None:
+        return
+    w = np.asarray(weights)
+    if w.size == 0 or (np.isfinite(w).all() and w.min() >= 0):
+        return
+    flat = w.reshape(-1)
+    row = int(np.argmax(~np.isfinite(flat) | (flat < 0)))
+    raise SpecError(
+        f"{where}, batch field 'weights': importance weights must be finite and >= 0, got {flat[row]} at row {row}"
+    )

@@ -17,6 +17,12 @@ How an old-API env is recognised (:func:`is_old_gym_api`), in this order, withou
 4. otherwise (a ``reset`` without ``seed``, not a gymnasium env): old (gym 0.21 and earlier).
 
 ``make_env_factory(..., old_api=True)`` (or ``False``) overrides the detection.
+
+The Manager and ``evaluate_greedy`` apply the same detection to every env they build
+(:func:`gymnasium_api`), so an old-API env given to them raw is adapted too. Rule 4 also takes a
+gymnasium-API object that is not a ``gymnasium.Env`` and whose ``reset`` has no ``seed`` parameter
+(only ``**kwargs``) for old: the adapter then passes the seed on through ``**kwargs`` and reads a reset that
+returns ``(obs, info)`` and a five-value step as the gymnasium API they are.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["make_env_factory", "OldGymAPIAdapter", "is_old_gym_api", "to_gymnasium_space"]
+__all__ = ["make_env_factory", "OldGymAPIAdapter", "gymnasium_api", "is_old_gym_api", "to_gymnasium_space"]
 
 
 def _reset_parameters(env: Any) -> dict[str, inspect.Parameter] | None:
@@ -97,9 +103,13 @@ class OldGymAPIAdapter(gym.Env[Any, Any]):
         self.metadata = dict(getattr(env, "metadata", None) or {})
         self.spec = None
         params = _reset_parameters(env) or {}
-        self._reset_takes_seed = "seed" in params
-        self._reset_takes_options = "options" in params
+        takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        # A reset with only **kwargs is given the seed there when the env has no seed() to call.
+        self._reset_takes_seed = "seed" in params or (takes_kwargs and not callable(getattr(env, "seed", None)))
+        self._reset_takes_options = "options" in params or takes_kwargs
         self._reset_takes_return_info = "return_info" in params
+        # Whether an observation may itself be a 2-tuple (then a reset's result is never read as (obs, info)).
+        self._tuple_obs = isinstance(self.observation_space, gym.spaces.Tuple)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
@@ -119,7 +129,10 @@ class OldGymAPIAdapter(gym.Env[Any, Any]):
             kwargs["return_info"] = True
             obs, info = self.env.reset(**kwargs)
             return obs, dict(info)
-        return self.env.reset(**kwargs), {}
+        result = self.env.reset(**kwargs)
+        if type(result) is tuple and len(result) == 2 and isinstance(result[1], dict) and not self._tuple_obs:
+            return result[0], dict(result[1])  # a reset of the gymnasium API after all: (obs, info)
+        return result, {}
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         result = self.env.step(action)
@@ -140,6 +153,20 @@ class OldGymAPIAdapter(gym.Env[Any, Any]):
 
 def _is_env_object(env: Any) -> bool:
     return not isinstance(env, type) and callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))
+
+
+def gymnasium_api(env: Any) -> Any:
+    """``env`` as the gymnasium API: an old-API env (:func:`is_old_gym_api`) wrapped in
+    :class:`OldGymAPIAdapter`; anything else (a gymnasium env, an adapted one, a PettingZoo env, an object
+    that is no env) as it is. The Manager's agents (``guard_env``) and ``evaluate_greedy`` build their envs
+    through this, so an old gym env works there without :func:`make_env_factory`::
+
+        env = gymnasium_api(MyOldGymEnv())      # an OldGymAPIAdapter
+        obs, info = env.reset(seed=0)
+    """
+    if isinstance(env, OldGymAPIAdapter) or not _is_env_object(env) or not is_old_gym_api(env):
+        return env
+    return OldGymAPIAdapter(env)
 
 
 def _adapt(env: Any, old_api: bool | None, source: str) -> gym.Env[Any, Any]:

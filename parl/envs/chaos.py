@@ -22,10 +22,13 @@ import os
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Annotated, Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import numpy as np
+from annotated_types import Ge, Gt, Interval
+
+from parl.utils.config_check import Rule, check_config
 
 __all__ = ["ChaosConfig", "ChaosEnv", "FaultRecord", "InjectedFault", "read_fault_log", "read_fault_records"]
 
@@ -38,26 +41,25 @@ class InjectedFault(RuntimeError):
 class ChaosConfig:
     """What a :class:`ChaosEnv` injects; rates are per call."""
 
-    error_rate: float = 0.0
+    error_rate: Annotated[float, Interval(ge=0, le=1)] = 0.0
     """Probability that a ``step`` raises :class:`InjectedFault`."""
-    hang_rate: float = 0.0
+    hang_rate: Annotated[float, Interval(ge=0, le=1)] = 0.0
     """Probability that a ``step`` sleeps for ``hang_s`` (a hang)."""
-    reset_error_rate: float = 0.0
+    reset_error_rate: Annotated[float, Interval(ge=0, le=1)] = 0.0
     """Probability that a ``reset`` raises."""
-    hang_s: float = 3600.0
+    hang_s: Annotated[float, Gt(0)] = 3600.0
     """How long a hang lasts."""
     log_path: str | None = None
     """File that receives one line per injected fault."""
-    max_faults: int | None = None
+    max_faults: Annotated[int, Ge(0)] | None = None
     """Stop injecting after this many faults of this env instance (None: no limit)."""
 
+    config_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(lambda c: c.error_rate + c.hang_rate <= 1.0, "{error_rate} + {hang_rate} must be at most 1"),
+    )
+
     def __post_init__(self) -> None:
-        for name in ("error_rate", "hang_rate", "reset_error_rate"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"ChaosConfig.{name} must be in [0, 1], got {value}")
-        if self.error_rate + self.hang_rate > 1.0:
-            raise ValueError("ChaosConfig.error_rate + hang_rate must be at most 1")
+        check_config(self)
 
 
 class ChaosEnv(gym.Wrapper):  # type: ignore[type-arg]

@@ -40,6 +40,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from parl.envs.adapters import gymnasium_api
 from parl.framework.errors import EnvFault, EnvFaultLimitError
 from parl.runtimes.faults import FaultConfig
 from parl.runtimes.waits import thread_waiter, wait_readable
@@ -395,9 +396,11 @@ def guard_env(
     faults: FaultConfig,
     on_fault: Callable[[str], None] | None,
 ) -> Any:
-    """Agent ``agent_id``'s env, behind a :class:`GuardedEnv` when ``faults`` asks for one."""
+    """Agent ``agent_id``'s env, behind a :class:`GuardedEnv` when ``faults`` asks for one. An env of the
+    old gym API (``reset`` without a seed, a four-value ``step``) is wrapped in
+    :class:`~parl.envs.adapters.OldGymAPIAdapter` (:func:`~parl.envs.adapters.gymnasium_api`)."""
     if make_env is None:
         return None
     if not faults.enabled:
-        return make_env(agent_id)
-    return GuardedEnv(lambda: make_env(agent_id), faults, on_fault, name=f"env of agent {agent_id}")
+        return gymnasium_api(make_env(agent_id))
+    return GuardedEnv(lambda: gymnasium_api(make_env(agent_id)), faults, on_fault, name=f"env of agent {agent_id}")

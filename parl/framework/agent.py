@@ -7,11 +7,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import gymnasium as gym
+import numpy as np
 
+from parl.data.specs import as_flag
 from parl.framework.agent_helper import AgentHelper
 from parl.framework.errors import RunStopped
 
-__all__ = ["Agent", "StepResult"]
+__all__ = ["Agent", "StepResult", "check_env_action", "env_flags"]
 
 
 class StepBudget(Protocol):
@@ -41,6 +43,43 @@ class StepResult:
     def done(self) -> bool:
         """Whether the episode ended (by termination or truncation)."""
         return self.terminated or self.truncated
+
+
+def env_flags(agent_id: int, terminated: Any, truncated: Any) -> tuple[bool, bool]:
+    """An env step's ``terminated`` and ``truncated`` as bools, when they are bool-like (see
+    :func:`~parl.data.specs.as_flag`: NumPy bools and 0/1 too); else a :class:`SpecError` naming the agent,
+    the field and the value. ``bool('False')`` is True: a string would end every episode at its first
+    step, or a None never end one. Called when either is not a ``bool`` already (a type test per step)."""
+    return (
+        as_flag(terminated, f"agent {agent_id}, env step field 'terminated'"),
+        as_flag(truncated, f"agent {agent_id}, env step field 'truncated'"),
+    )
+
+
+def check_env_action(action: Any, space: Any, where: str, model_outputs: str = "") -> None:
+    """Raise ``ValueError`` unless ``action`` fits the env's action ``space``: an integer within a
+    ``Discrete`` space, an array of a ``Box`` space's shape (its values may lie outside the bounds: the env
+    clips or refuses them itself). Other spaces are not checked. ``where`` names the agent (and task), and
+    ``model_outputs`` says what the model's outputs were, when known::
+
+        check_env_action(np.int64(2), gym.spaces.Discrete(2), "agent 0, task 'RL'")   # ValueError
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        if not space.contains(action):
+            first, last = int(space.start), int(space.start + space.n) - 1
+            numpy_scalar = isinstance(action, (np.generic, np.ndarray)) and np.ndim(action) == 0
+            shown = action.item() if numpy_scalar else action  # 3, not np.int64(3)
+            if not model_outputs and isinstance(shown, int) and shown > last:
+                model_outputs = f" (does the model have more outputs than the env's {int(space.n)} actions?)"
+            raise ValueError(
+                f"{where}: the action {shown!r} is not in the env's action space {space}, which takes an "
+                f"integer from {first} to {last}{model_outputs}"
+            )
+    elif isinstance(space, gym.spaces.Box) and np.shape(action) != space.shape:
+        raise ValueError(
+            f"{where}: the action has shape {np.shape(action)}, but the env's action space {space} takes shape "
+            f"{space.shape}{model_outputs}"
+        )
 
 
 class Agent:
@@ -90,6 +129,7 @@ class Agent:
         # Set by the runtime when the run has a step budget.
         self.step_budget: StepBudget | None = None
         self._seeded = False
+        self._action_checked = False  # the first action is checked against the env's action space
 
     def run_one_episode(self) -> float | None:
         """Play one episode; return its total reward (None: use ``episode_return``)."""
@@ -119,12 +159,16 @@ class Agent:
         env = self.env
         if env is None:
             raise RuntimeError(f"agent {self.agent_id} has no environment")
+        if not self._action_checked:
+            self._check_first_action(action)
         if self.action_repeat == 1 and self.step_budget is None:
             # The common case, without the repetition loop (this runs once per agent step).
-            step_obs, reward, terminated, truncated, step_info = env.step(action)
+            step_obs, reward, term, trunc, step_info = env.step(action)
             self.episode_steps += 1  # counted before a conversion can raise: the step happened
             self.total_steps += 1
-            r, term, trunc = float(reward), bool(terminated), bool(truncated)
+            if type(term) is not bool or type(trunc) is not bool:
+                term, trunc = env_flags(self.agent_id, term, trunc)
+            r = float(reward)
             self.episode_return += r
             self.episode_ended = term or trunc
             return StepResult(step_obs, r, term, trunc, step_info if type(step_info) is dict else dict(step_info), 1)
@@ -148,6 +192,8 @@ class Agent:
                     raise
                 time_steps += 1  # before a conversion can raise: the step happened
                 total += float(reward)
+                if type(terminated) is not bool or type(truncated) is not bool:
+                    terminated, truncated = env_flags(self.agent_id, terminated, truncated)
                 if terminated or truncated:
                     break
         finally:
@@ -155,8 +201,16 @@ class Agent:
             self.episode_steps += time_steps
             self.total_steps += time_steps
         self.episode_return += total
-        self.episode_ended = bool(terminated or truncated)
-        return StepResult(obs, total, bool(terminated), bool(truncated), dict(info), time_steps)
+        self.episode_ended = terminated or truncated
+        return StepResult(obs, total, terminated, truncated, dict(info), time_steps)
+
+    def _check_first_action(self, action: Any) -> None:
+        """Check the agent's first action against its env's action space (once per agent: an action the
+        env cannot take fails here, named, rather than deep in the env or silently)."""
+        self._action_checked = True
+        space = getattr(self.env, "action_space", None)
+        if space is not None:
+            check_env_action(action, space, f"agent {self.agent_id}")
 
     def close(self) -> None:
         """Close the helpers (stopping any learner thread) and the environment."""

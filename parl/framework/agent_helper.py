@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from parl.data.packing import stack_rows
-from parl.data.specs import FieldSpec, SpecError, all_finite_array, check_fields, fast_checked, zeros_for
+from parl.data.specs import FieldSpec, SpecError, all_finite_array, as_flag, check_fields, fast_checked, zeros_for
 from parl.framework.communicator import Communicator, slice_prediction
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
@@ -52,6 +52,10 @@ class GameOver(enum.IntEnum):
 # The members as plain module names: ``GameOver.NOT_OVER`` goes through the enum class's attribute
 # lookup (about 65 ns), and store_data compares with it on every agent step.
 _NOT_OVER, _TERMINATED, _TRUNCATED = GameOver.NOT_OVER, GameOver.TERMINATED, GameOver.TRUNCATED
+
+LEARN_GRACE_EPISODES = 2
+"""Episode ends with data ready before a helper with ``LearnTrigger.AGENT`` whose agent never called
+``learn()`` warns (see :meth:`AgentHelper.check_episode`)."""
 
 
 class LearnTrigger(enum.Enum):
@@ -102,7 +106,7 @@ class AgentHelper:
     # attributes) stays in the instance dict.
     __slots__ = (
         "__dict__", "__weakref__", "_step_open", "_act", "_store_step_fast", "_scalar_reward", "_final_row",
-        "_pre_states", "_prev", "states",
+        "_pre_states", "_prev", "states", "_stored",
     )  # fmt: skip
 
     def __init__(self, name: str, comm: Communicator) -> None:
@@ -175,6 +179,11 @@ class AgentHelper:
             self._final_row = (spec.name, spec.shape, spec.np_dtype, spec.finite_only)
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
+        # What check_episode reads: whether a step of this episode was recorded (set by the records of a
+        # helper that keeps them), and whether the final observation came with a prediction unrecorded.
+        self._stored = False
+        self._final_unrecorded = False
+        self._idle_episodes = 0  # episode ends with data ready and no learn() yet (LearnTrigger.AGENT)
 
     @property
     def agent_id(self) -> int:
@@ -187,6 +196,7 @@ class AgentHelper:
         self._pre_states = None
         self._prev = None
         self._step_open = False
+        self._stored = self._final_unrecorded = False
 
     # ------------------------------------------------------------ predict
     def predict(self, inputs: Mapping[str, Any], explore: bool = True) -> dict[str, np.ndarray]:
@@ -356,6 +366,7 @@ class AgentHelper:
                 record["extras"] = self._extras_from_prediction()
             else:
                 record["extras"] = self._check(extras, self.extra_specs, "extras") if self.extra_specs or extras else {}
+            self._stored = True  # a step of this episode was recorded (see check_episode)
         self._step_open = False  # recorded (a step that failed its checks stays open)
         # This record is the next transition's start before the hooks run: a hook that raises (a learn
         # that fails) leaves no earlier step to chain again to the next one.
@@ -522,6 +533,10 @@ class AgentHelper:
 
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         """Record the final observation of an episode: terminated (True) or truncated (False)."""
+        if terminated is not True and terminated is not False:
+            terminated = self._final_flag(terminated)
+        if self._step_open and not self._stored:
+            self._final_unrecorded = True  # the episode's steps were predicted, none recorded (check_episode)
         row = self._final_row
         if row is not None:
             # Once per episode: all store_data does with a final observation when nothing keeps it.
@@ -535,6 +550,48 @@ class AgentHelper:
             self._step_open = False
             return
         self.store_data(inputs, game_over=_TERMINATED if terminated else _TRUNCATED)
+
+    def _final_flag(self, terminated: object) -> bool:
+        """``store_final``'s ``terminated`` as a bool, or a :class:`SpecError` naming this agent and task
+        (``'False'`` would be recorded as a termination). Every ``store_final`` calls this unless it is
+        True or False already."""
+        return as_flag(terminated, f"agent {self.agent_id}, task {self.name!r}: store_final's terminated")
+
+    def check_episode(self) -> list[tuple[str, str]]:
+        """What looks wrong in the episode this helper's agent just finished, as ``(kind, message)`` pairs.
+
+        Called by the runtime after each finished episode (``run_agent_loop``), which logs a warning once
+        per kind, agent and task. Here: a helper that keeps experience whose task answered the episode's
+        predictions, none of which was recorded (no ``store_step`` or ``store_data``). Subclasses add
+        their own (a missing ``learn()`` with ``LearnTrigger.AGENT``)."""
+        if self._consumes_nothing or self._stored or not (self._step_open or self._final_unrecorded):
+            return []
+        return [
+            (
+                "store",
+                f"agent {self.agent_id}, task {self.name!r}: the task answered this agent's predictions for a "
+                "whole episode, but the agent recorded none of its steps (no store_step or store_data); call "
+                "helper.store_step(reward) after each act or predict, and store_final at the episode's end: "
+                "nothing is learned from this agent until it does",
+            )
+        ]
+
+    def _idle_learner(self, waiting: str) -> list[tuple[str, str]]:
+        """For a helper with ``LearnTrigger.AGENT`` that has data ready at an episode's end and has never
+        sent any: a missing ``learn()`` once that held at the end of ``LEARN_GRACE_EPISODES`` episodes (an
+        agent may learn at the start of the next one). ``waiting`` says what is ready."""
+        self._idle_episodes += 1
+        if self._idle_episodes < LEARN_GRACE_EPISODES:
+            return []
+        return [
+            (
+                "learn",
+                f"agent {self.agent_id}, task {self.name!r}: {type(self).__name__} has LearnTrigger.AGENT and has "
+                f"had data to learn from for {self._idle_episodes} episodes ({waiting}), but the agent never "
+                "called learn(): call helper.learn() in run_one_episode, or use LearnTrigger.STORE_DATA to learn "
+                "on the helper's schedule; nothing is learned meanwhile",
+            )
+        ]
 
     def _flush_fast(self) -> None:
         """Hand what a subclass's one-row path keeps to the general path (nothing here). Every general

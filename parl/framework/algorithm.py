@@ -12,6 +12,7 @@ import paddle
 
 from parl.data.specs import FieldSpec, zeros_for
 from parl.framework.model import Model
+from parl.framework.sharing import check_independent_copy
 from parl.framework.types import Prediction, TrainingBatch
 from parl.utils.tensors import TensorStaging
 
@@ -130,12 +131,18 @@ class Algorithm:
     def create_reference_model(self, name: str) -> Model:
         """A fresh model under ``name`` (e.g. ``"target"``), initialised as a copy of ``self.model``.
 
-        Reference models are saved and loaded with the algorithm.
+        Reference models are saved and loaded with the algorithm. A reference model that holds a
+        parameter of ``self.model`` (a layer the model factory captured) is refused with
+        :class:`~parl.framework.sharing.SharedParameterError`, unless that layer is marked
+        :func:`parl.layers.shared`.
         """
         ref = self.create_model()
+        check_independent_copy(ref, self.model, f"{type(self).__name__}'s reference model {name!r}")
         self.model.sync_params_to(ref, decay=0.0)
+        own = {id(p) for p in self.model.parameters()}
         for p in ref.parameters():
-            p.stop_gradient = True
+            if id(p) not in own:  # a layer shared on purpose keeps learning through the online model
+                p.stop_gradient = True
         self._reference_models[name] = ref
         return ref
 

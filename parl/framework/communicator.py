@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from parl.data.packing import sample_count
-from parl.data.specs import FieldSpec, SpecError, check_fields
+from parl.data.specs import FieldSpec, SpecError, as_flag, check_fields
 from parl.framework.errors import RunStopped, TaskError, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
@@ -189,6 +189,8 @@ class Communicator:
     def put_prediction_data(self, inputs: dict[str, Any], states: dict[str, Any], explore: bool = True) -> None:
         """Send one prediction request (arrays with a leading sample axis)."""
         self.wrapper.check_alive()
+        if explore is not True and explore is not False:
+            explore = self.explore_flag(explore)
         task = self.wrapper.task
         if self.check_data:
             # NaN/inf are checked once on the packed batch by the wrapper, which fails only the
@@ -209,6 +211,8 @@ class Communicator:
         dtype kind). Read the answer with :meth:`get_prediction_row`.
         """
         self.wrapper.check_alive()
+        if explore is not True and explore is not False:
+            explore = self.explore_flag(explore)
         only = self.single_input
         if only is not None and type(inputs) is dict and len(inputs) == 1 and not states:
             arr = inputs.get(only[0])
@@ -265,6 +269,8 @@ class Communicator:
                 f"and no recurrent states; this one has inputs {[s.name for s in self.wrapper.task.input_specs]} "
                 f"and states {[s.name for s in self.wrapper.task.state_specs]} (use predict_sample)"
             )
+        if explore is not True and explore is not False:
+            explore = self.explore_flag(explore)
         wrapper = self.wrapper
         if (
             type(value) is np.ndarray
@@ -312,6 +318,12 @@ class Communicator:
         checked = self.put_prediction_sample(inputs, states, explore)
         pred, row = self.get_prediction_row()
         return checked, pred, row
+
+    def explore_flag(self, explore: object) -> bool:
+        """``explore`` as a bool, or a :class:`SpecError` naming this agent and task (``explore='no'``,
+        which ``bool()`` calls true, would explore silently). Every request path calls this unless
+        ``explore`` is True or False already (one or two identity tests per request)."""
+        return as_flag(explore, f"agent {self.agent_id}, task {self.task_name!r}: predict's explore flag")
 
     def _checked(
         self,

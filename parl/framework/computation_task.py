@@ -10,9 +10,18 @@ from typing import Any
 import numpy as np
 import paddle
 
-from parl.data.specs import FieldSpec, SpecError, check_fields, checked_outputs, zeros_for
+from parl.data.specs import (
+    FieldSpec,
+    SpecError,
+    as_flag,
+    check_fields,
+    check_importance_weights,
+    checked_outputs,
+    zeros_for,
+)
 from parl.framework.algorithm import Algorithm
 from parl.framework.errors import CheckpointError
+from parl.framework.sharing import join_lock_groups, models_of
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.utils.safe_store import load_tree, save_tree
 from parl.utils.tensors import TensorStaging
@@ -91,6 +100,8 @@ class ComputationTask:
         # How errors in the algorithm's predictions name their source.
         self._predict_source = f"{type(self.algorithm).__name__}.predict"
         self._update_listeners: list[Callable[[], None]] = []
+        # Models of any task that share parameters with these take the same locks (parl.framework.sharing).
+        join_lock_groups(models_of(self.algorithm))
 
     def add_update_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener()`` after every change of the parameters through this task (``learn``, ``load``).
@@ -150,6 +161,7 @@ class ComputationTask:
                 )
             states = {}
         if check:
+            explore = as_flag(explore, f"task {self.name!r}, predict's explore")
             inputs = check_fields(inputs, self.input_specs, task=self.name, group="inputs")
         rows = len(next(iter(inputs.values()))) if inputs else None  # the batch: what every output must have
         if check:
@@ -258,6 +270,8 @@ class ComputationTask:
         if batch.weights is not None:
             w_spec = FieldSpec("weights", (), "float32")
             weights = check_fields({"weights": batch.weights}, [w_spec], group="batch", **b)["weights"]  # type: ignore[arg-type]
+            check_importance_weights(weights, f"agent {agent_id}, task {self.name!r}" if agent_id is not None
+                                     else f"task {self.name!r}")  # fmt: skip
         bootstrap_steps = None
         if batch.bootstrap_steps is not None:
             steps_given = {"bootstrap_steps": batch.bootstrap_steps}

@@ -11,9 +11,10 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
+from annotated_types import Ge, Gt
 
 from parl.data.packing import pack_fields, stack_rows, unpack_fields
 from parl.data.specs import SpecError, all_finite, all_finite_array, check_fields
@@ -29,6 +30,7 @@ from parl.framework.communicator import (
 from parl.framework.computation_task import ComputationTask
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
+from parl.utils.config_check import Rule, check_config
 
 __all__ = ["ComputationWrapper", "WrapperConfig", "BatchStats", "pack_training_batches"]
 
@@ -42,19 +44,19 @@ TrainItem = tuple[Communicator, TrainingBatch]
 class WrapperConfig:
     """Batching limits of a :class:`ComputationWrapper`. All sizes count samples, not requests."""
 
-    max_batch_size: int = 1024
+    max_batch_size: Annotated[int, Ge(1)] = 1024
     """Most samples in one prediction call; a larger single request is served alone."""
-    max_wait_s: float = 0.0005
+    max_wait_s: Annotated[float, Ge(0)] = 0.0005
     """After the first prediction request, wait at most this long for the other agents' requests."""
-    min_train_batch_size: int = 1
+    min_train_batch_size: Annotated[int, Ge(1)] = 1
     """Fewest samples per learning call, unless ``train_max_wait_s`` passes first."""
-    max_train_batch_size: int = 65_536
+    max_train_batch_size: Annotated[int, Ge(1)] = 65_536
     """Most samples in one learning call; a larger single request is served alone."""
-    train_max_wait_s: float = 0.05
+    train_max_wait_s: Annotated[float, Ge(0)] = 0.05
     """After the first training request, wait at most this long to reach ``min_train_batch_size``."""
     check_data: bool = True
     """Validate every request against the specs on the agent's side."""
-    poll_s: float = 1.0
+    poll_s: Annotated[float, Gt(0)] = 1.0
     """Longest an idle loop sleeps between looks at the stop flag. ``stop`` wakes the loops at once
     (it puts a wake-up item in their queues), so this is only a safety net: an idle loop wakes no
     more often than this, and a thread that keeps the GIL busy (a hub of agents) is not
@@ -74,13 +76,15 @@ class WrapperConfig:
     summed over the workers when the algorithm names them in ``replica_counters``. Needs the
     ``fork`` start method; the Ray runtime does not offer it; in one process it changes nothing."""
 
+    config_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            lambda c: c.min_train_batch_size <= c.max_train_batch_size,
+            "{min_train_batch_size} must be <= {max_train_batch_size}",
+        ),
+    )
+
     def __post_init__(self) -> None:
-        if self.max_batch_size < 1 or self.max_train_batch_size < 1 or self.min_train_batch_size < 1:
-            raise ValueError("WrapperConfig batch sizes must be >= 1")
-        if self.min_train_batch_size > self.max_train_batch_size:
-            raise ValueError("WrapperConfig.min_train_batch_size must not exceed max_train_batch_size")
-        if self.max_wait_s < 0 or self.train_max_wait_s < 0 or self.poll_s <= 0:
-            raise ValueError("WrapperConfig waits must be >= 0 (poll_s > 0)")
+        check_config(self)
 
 
 @dataclass

@@ -13,6 +13,8 @@ __all__ = [
     "EnvFaultLimitError",
     "HelperStateError",
     "CheckpointError",
+    "SharedParameterError",
+    "ConfigError",
 ]
 
 
@@ -125,3 +127,14 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used: none where one was expected, a file that is not a parl
     checkpoint (another format, empty, truncated, damaged, or the old pickle format, which is never
     unpickled), or one saved from another architecture. The message names the file and what was found."""
+
+
+class ConfigError(ValueError):
+    """A config field (or a combination of fields) that its declaration does not accept. The message names
+    the class and field, the value given and what is allowed, e.g. ``ManagerConfig.num_agents: got 2.5
+    (float); expected an int >= 1`` (see :mod:`parl.utils.config_check`)."""
+
+
+class SharedParameterError(ValueError):
+    """A model meant to be an independent copy of another (a target network, a clone from a factory) holds
+    some of its parameters: a layer built outside the model factory. The message names the layer."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from parl.framework.algorithm import Algorithm
 from parl.framework.model import Model
+from parl.framework.sharing import check_independent_copy
 
 __all__ = ["create_algorithm_func"]
 
@@ -49,7 +51,18 @@ def create_algorithm_func(
     def model_func() -> Model:
         return model_class(**model_kwargs)
 
+    earlier: list[weakref.ref[Model]] = []
+
     def algorithm_func() -> Algorithm:
-        return algorithm_class(model_func, **algorithm_kwargs)
+        algorithm = algorithm_class(model_func, **algorithm_kwargs)
+        earlier[:] = [ref for ref in earlier if ref() is not None]
+        for ref in earlier:
+            other = ref()
+            if other is not None:
+                check_independent_copy(
+                    algorithm.model, other, f"the model of a new {type(algorithm).__name__} from create_algorithm_func"
+                )
+        earlier.append(weakref.ref(algorithm.model))
+        return algorithm
 
     return algorithm_func

@@ -8,11 +8,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from numbers import Integral, Real
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import gymnasium as gym
 import numpy as np
+from annotated_types import Ge, Gt
 
 from parl.envs.guarded import guard_env
 from parl.framework.agent import Agent
@@ -25,10 +25,11 @@ from parl.framework.errors import AgentError, WrapperError
 from parl.runtimes.base import AgentRuntime
 from parl.runtimes.control import AgentFailure, AgentSlot, RunControl
 from parl.runtimes.coroutines import CoroutineRuntime
-from parl.runtimes.faults import FaultConfig, FaultStats
+from parl.runtimes.faults import FaultConfig, FaultStats, StartMethod
 from parl.runtimes.processes import HelperStates, ProcessRuntime, RemoteAgentSpec, TaskSpecs
 from parl.runtimes.shared_block import sweep_stale_blocks
 from parl.runtimes.threads import ThreadRuntime
+from parl.utils.config_check import check_config
 
 __all__ = [
     "Manager",
@@ -89,95 +90,66 @@ class TaskConfig:
     helper_config: Any = None
     wrapper: WrapperConfig = field(default_factory=WrapperConfig)
 
+    def __post_init__(self) -> None:
+        check_config(self)
+
 
 @dataclass
 class ManagerConfig:
     """Settings of a :class:`Manager` run."""
 
-    num_agents: int = 4
+    num_agents: Annotated[int, Ge(1)] = 4
     """Agents run in parallel."""
     runtime: Runtime | str = Runtime.COROUTINES
     """Where agents run: ``"coroutines"`` (many per thread), ``"threads"`` (one thread each),
     ``"processes"`` (worker processes) or ``"ray"`` (Ray actors); see :class:`Runtime`."""
-    num_threads: int = 1
+    num_threads: Annotated[int, Ge(1)] = 1
     """Hub threads of the coroutine runtime."""
-    num_workers: int = 2
+    num_workers: Annotated[int, Ge(1)] = 2
     """Worker processes of the process runtime."""
-    start_method: str = "fork"
+    start_method: StartMethod = "fork"
     """How the process runtime starts workers (``fork``, or ``spawn`` with picklable factories)."""
     ray_address: str | None = None
     """Ray runtime: the cluster to join when Ray is not initialized yet (None: start a local instance)."""
-    ray_cpus_per_worker: float = 1.0
+    ray_cpus_per_worker: Annotated[float, Ge(0)] = 1.0
     """Ray runtime: CPUs each actor reserves in Ray's scheduler."""
     ray_learner_host: str | None = None
     """Ray runtime: the address the actors connect back to (None: loopback while the Ray cluster is this
     node alone and no ``ray_address`` is given, else this node's IP as Ray reports it). Set it on a
     cluster that starts with the head node alone and grows."""
-    max_episodes: int | None = None
+    max_episodes: Annotated[int, Ge(1)] | None = None
     """Stop after this many episodes in total."""
-    max_steps: int | None = None
+    max_steps: Annotated[int, Ge(1)] | None = None
     """Stop after this many env steps in total. Counted live for agents in this process (no agent takes a
     step past it); for agents in worker processes and Ray actors, at episode ends, so a run there may go
     past it by the episodes in flight (see the agent group guide)."""
-    max_seconds: float | None = None
+    max_seconds: Annotated[float, Gt(0)] | None = None
     """Stop after this much wall time."""
     restart_failed_agents: bool = False
     """Rebuild an agent (new env, new helpers) when it raises, instead of failing the run."""
-    max_restarts: int = 10
+    max_restarts: Annotated[int, Ge(0)] = 10
     """Restarts allowed in one run before a failure ends it."""
-    stop_timeout_s: float = 2.0
+    stop_timeout_s: Annotated[float, Gt(0)] = 2.0
     """Time ``stop()`` may take to end every thread."""
-    seed: int = 0
+    seed: Annotated[int, Ge(0)] = 0
     """Agent ``i`` resets its env with seed ``seed + i`` on its first episode."""
-    poll_s: float = 0.05
+    poll_s: Annotated[float, Gt(0)] = 0.05
     """How often ``run`` checks ``stop_when``, the time budget and that the runtime is alive. A stop
     requested by an agent (a step or episode budget used up, a failure) wakes ``run`` at once; each
     poll wakes the calling thread, which then takes the GIL from the agents' threads for a moment,
     so polling far more often than this costs agent throughput."""
     faults: FaultConfig = field(default_factory=FaultConfig)
     """How env crashes and hangs are handled (by default an env error fails its agent)."""
-    helper_state_timeout_s: float = 60.0
+    helper_state_timeout_s: Annotated[float, Gt(0)] = 60.0
     """Processes and ray runtimes: how long a checkpoint waits for the workers' helper states (replay buffers)."""
-    episode_history: int | None = None
+    episode_history: Annotated[int, Ge(1)] | None = None
     """Most recent episodes per agent whose return and length the run keeps (``RunReport.returns``,
     ``lengths``); None keeps every one. Each episode kept costs about 60 bytes, so a run of millions
     of short episodes grows by that much: bound it for long runs. (A Trainer's log row then averages the
     returns of at most this many of the episodes each agent finished since the previous row.)"""
 
     def __post_init__(self) -> None:
-        if self.num_agents < 1:
-            raise ValueError(f"ManagerConfig.num_agents must be >= 1, got {self.num_agents}")
-        # numbers.Integral and Real: numpy's integers and floats count; bool does not.
-        for name in ("max_episodes", "max_steps"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, Integral) or value < 1):
-                raise ValueError(f"ManagerConfig.{name} must be None (no budget) or an int >= 1, got {value!r}")
-        positive: dict[str, bool] = {"max_seconds": True, "poll_s": False, "stop_timeout_s": False}
-        for name, optional in positive.items():
-            value = getattr(self, name)
-            if optional and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, Real) or not float(value) > 0:
-                what = "None (no budget) or a number > 0" if optional else "a number > 0"
-                raise ValueError(f"ManagerConfig.{name} must be {what}, got {value!r}")
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, Integral) or self.max_restarts < 0:
-            raise ValueError(f"ManagerConfig.max_restarts must be an int >= 0, got {self.max_restarts!r}")
-        if self.num_workers < 1:
-            raise ValueError(f"ManagerConfig.num_workers must be >= 1, got {self.num_workers}")
-        try:
-            self.runtime = Runtime(self.runtime)
-        except ValueError:
-            raise ValueError(
-                f"ManagerConfig.runtime must be one of {[r.value for r in Runtime]}, got {self.runtime!r}"
-            ) from None
-        if self.num_threads < 1:
-            raise ValueError(f"ManagerConfig.num_threads must be >= 1, got {self.num_threads}")
-        if not self.helper_state_timeout_s > 0:
-            raise ValueError(f"ManagerConfig.helper_state_timeout_s must be > 0, got {self.helper_state_timeout_s}")
-        if self.episode_history is not None and self.episode_history < 1:
-            raise ValueError(
-                f"ManagerConfig.episode_history must be None (keep all) or >= 1, got {self.episode_history}"
-            )
+        check_config(self)  # also turns a runtime given by its value into the Runtime member
 
 
 CLOSE_AGENTS_MIN_S = 0.5

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from annotated_types import Ge
 
 from parl.data.packing import stack_rows
 from parl.framework.agent_helper import (
@@ -27,6 +28,7 @@ from parl.framework.agent_helper import (
 )
 from parl.framework.communicator import Communicator
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
+from parl.utils.config_check import check_config
 
 __all__ = ["OnPolicyConfig", "OnPolicyHelper"]
 
@@ -40,19 +42,14 @@ _NOT_OVER, _TERMINATED, _TRUNCATED = GameOver.NOT_OVER, GameOver.TERMINATED, Gam
 class OnPolicyConfig:
     """Settings of :class:`OnPolicyHelper`."""
 
-    sample_interval: int = 8
+    sample_interval: Annotated[int, Ge(1)] = 8
     """Send the recent transitions every this many steps (and at every episode end)."""
-    learn_trigger: LearnTrigger = LearnTrigger.STORE_DATA
+    # Not THREAD: on-policy chunks are sent in order by the agent (no learner thread).
+    learn_trigger: Literal[LearnTrigger.STORE_DATA, LearnTrigger.AGENT] = LearnTrigger.STORE_DATA
     """STORE_DATA: ``store_data`` sends when a chunk is ready; AGENT: the agent calls ``learn()``."""
 
     def __post_init__(self) -> None:
-        if self.sample_interval < 1:
-            raise ValueError(f"OnPolicyConfig.sample_interval must be >= 1, got {self.sample_interval}")
-        if self.learn_trigger not in (LearnTrigger.STORE_DATA, LearnTrigger.AGENT):
-            raise ValueError(
-                f"OnPolicyConfig.learn_trigger must be LearnTrigger.STORE_DATA or LearnTrigger.AGENT, got "
-                f"{self.learn_trigger!r}: on-policy chunks are sent in order by the agent (no learner thread)"
-            )
+        check_config(self)
 
 
 class OnPolicyHelper(AgentHelper):
@@ -121,6 +118,7 @@ class OnPolicyHelper(AgentHelper):
             answer = act[1]
             prev, self._fast_prev = self._fast_prev, (answer, act[2], rewards)
             self._step_open = False
+            self._stored = True
             self._answer, self._act, self._accepted_pairs = answer, None, ()  # see ExpReplayHelper.store_step
             if prev is not None:
                 rows = self._rows
@@ -133,6 +131,8 @@ class OnPolicyHelper(AgentHelper):
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         prev = self._fast_prev
         if prev is not None and not self._chunk:
+            if terminated is not True and terminated is not False:
+                terminated = self._final_flag(terminated)
             arr = plain_row(inputs, self._row_check)
             if arr is not None:
                 # The episode's last transition on the one-row path (the check store_data gives a final
@@ -206,6 +206,16 @@ class OnPolicyHelper(AgentHelper):
     def ready(self) -> bool:
         """Whether a chunk is waiting to be sent."""
         return bool(self._chunk) or bool(self._rows)
+
+    def check_episode(self) -> list[tuple[str, str]]:
+        """The base's checks, and with ``LearnTrigger.AGENT`` an agent that never calls ``learn()``: a full
+        chunk (``sample_interval`` transitions) waiting at the end of two episodes and nothing sent yet."""
+        found = super().check_episode()
+        if self.config.learn_trigger is LearnTrigger.AGENT and self.learn_calls == 0:
+            waiting = len(self._chunk) + len(self._rows)
+            if waiting >= self.config.sample_interval:
+                found.extend(self._idle_learner(f"{waiting} transitions are waiting to be sent"))
+        return found
 
     def learn(self) -> LearnResult | None:
         if self._rows:

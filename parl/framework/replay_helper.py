@@ -14,9 +14,10 @@ import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
+from annotated_types import Ge, Gt, Interval
 
 from parl.algorithms.functional import n_step_return
 from parl.data.prioritized_replay import PrioritizedReplayBuffer
@@ -32,6 +33,7 @@ from parl.framework.agent_helper import (
 from parl.framework.communicator import Communicator, ThreadReturnQueue
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import LearnResult, TrainingBatch
+from parl.utils.config_check import Rule, check_config
 
 __all__ = ["ExpReplayConfig", "ExpReplayHelper"]
 
@@ -45,57 +47,51 @@ _NOT_OVER, _TERMINATED, _TRUNCATED = GameOver.NOT_OVER, GameOver.TERMINATED, Gam
 class ExpReplayConfig:
     """Settings of :class:`ExpReplayHelper`."""
 
-    capacity: int = 50_000
+    capacity: Annotated[int, Ge(1)] = 50_000
     """Transitions kept in this agent's replay buffer."""
-    batch_size: int = 32
+    batch_size: Annotated[int, Ge(1)] = 32
     """Transitions this agent sends per learning request."""
-    learning_starts: int = 500
+    learning_starts: Annotated[int, Ge(0)] = 500
     """Transitions stored before the first learning request (counted over the run; it may exceed ``capacity``)."""
-    learn_every: int = 4
+    learn_every: Annotated[int, Ge(1)] = 4
     """With LearnTrigger.STORE_DATA, send a request every this many stored transitions."""
     learn_trigger: LearnTrigger = LearnTrigger.STORE_DATA
     """STORE_DATA: ``store_data`` learns on schedule; AGENT: the agent calls ``learn()``."""
-    seed: int | None = None
+    seed: Annotated[int, Ge(0)] | None = None
     """Seed of sampling (None: derived from the agent id)."""
-    n_step: int = 1
+    n_step: Annotated[int, Ge(1)] = 1
     """Store n-step transitions: rewards summed over up to this many steps, never across an episode end."""
-    gamma: float | None = None
+    gamma: Annotated[float, Interval(ge=0, le=1)] | None = None
     """Discount of the n-step reward sums; required when ``n_step > 1`` and equal to the algorithm's gamma."""
     prioritized: bool = False
     """Sample by priority (Schaul et al., 2016) and send importance ``weights``; priorities come back from learn."""
-    alpha: float = 0.6
+    alpha: Annotated[float, Ge(0)] = 0.6
     """Prioritized replay: how much the priority counts (0: uniform sampling)."""
-    beta0: float = 0.4
+    beta0: Annotated[float, Interval(ge=0, le=1)] = 0.4
     """Prioritized replay: importance-sampling exponent at the start, rising linearly to 1."""
-    beta_steps: int = 100_000
+    beta_steps: Annotated[int, Ge(1)] = 100_000
     """Prioritized replay: transitions stored by this agent over which beta reaches 1."""
-    priority_eps: float = 1e-6
+    priority_eps: Annotated[float, Gt(0)] = 1e-6
     """Prioritized replay: added to ``|td_error|`` so that no transition gets priority 0."""
     priority_key: str = "td_error"
     """Prioritized replay: the per-sample learn output used as the new priority (its absolute value)."""
 
+    config_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            lambda c: c.n_step <= c.capacity,
+            "{capacity} must hold at least {n_step} rows: an episode's end stores up to n_step rows at once",
+        ),
+        Rule(
+            lambda c: c.n_step == 1 or c.gamma is not None,
+            "{n_step} needs gamma, the discount of the reward sums; set it to the algorithm's gamma, "
+            "e.g. ExpReplayConfig(n_step=3, gamma=0.99)",
+        ),
+        Rule(lambda c: c.batch_size <= c.capacity, "{batch_size} must be <= {capacity}"),
+    )
+
     def __post_init__(self) -> None:
-        if self.capacity < 1 or self.batch_size < 1 or self.learn_every < 1 or self.learning_starts < 0:
-            raise ValueError("ExpReplayConfig: capacity, batch_size and learn_every must be >= 1, learning_starts >= 0")
-        if self.n_step < 1:
-            raise ValueError(f"ExpReplayConfig.n_step must be >= 1, got {self.n_step}")
-        if self.capacity < self.n_step:
-            raise ValueError(
-                f"ExpReplayConfig.capacity ({self.capacity}) must hold at least n_step ({self.n_step}) rows: an "
-                "episode's end stores up to n_step rows at once"
-            )
-        if self.n_step > 1 and self.gamma is None:
-            raise ValueError(
-                f"ExpReplayConfig(n_step={self.n_step}) needs gamma, the discount of the reward sums; set it to the "
-                "algorithm's gamma, e.g. ExpReplayConfig(n_step=3, gamma=0.99)"
-            )
-        if self.gamma is not None and not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"ExpReplayConfig.gamma must be in [0, 1], got {self.gamma}")
-        if self.gamma is not None:
-            # A Python float: a numpy float32 would make the n-step sums float32 (numpy's scalar promotion).
-            self.gamma = float(self.gamma)
-        if self.alpha < 0 or not 0.0 <= self.beta0 <= 1.0 or self.beta_steps < 1 or self.priority_eps <= 0:
-            raise ValueError("ExpReplayConfig: needs alpha >= 0, 0 <= beta0 <= 1, beta_steps >= 1, priority_eps > 0")
+        # Also stores gamma as a Python float: a numpy float32 would make the n-step sums float32.
+        check_config(self)
 
 
 class ExpReplayHelper(AgentHelper):
@@ -224,6 +220,7 @@ class ExpReplayHelper(AgentHelper):
             answer = act[1]
             prev, self._fast_prev = self._fast_prev, (answer[0], act[2], rewards)
             self._step_open = False
+            self._stored = True
             # As a recorded act() step leaves them (last_prediction); no earlier predict's objects are taken
             # for checked ones by a later store_data.
             self._answer, self._act, self._accepted_pairs = answer, None, ()
@@ -238,6 +235,8 @@ class ExpReplayHelper(AgentHelper):
     def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
         prev = self._fast_prev
         if prev is not None and not self._pending and type(self.buffer) is self._row_buffer:
+            if terminated is not True and terminated is not False:
+                terminated = self._final_flag(terminated)
             arr = plain_row(inputs, self._row_check)
             if arr is not None:
                 # The one-row path's last transition of the episode: the check store_data gives a final
@@ -469,6 +468,17 @@ class ExpReplayHelper(AgentHelper):
     def lingering_threads(self) -> list[str]:
         learner = self._learner
         return [learner.name] if learner is not None and learner.is_alive() else []
+
+    def check_episode(self) -> list[tuple[str, str]]:
+        """The base's checks, and with ``LearnTrigger.AGENT`` an agent that never calls ``learn()``: a buffer
+        past ``learning_starts`` by a batch at the end of two episodes, and nothing sent yet."""
+        found = super().check_episode()
+        c = self.config
+        if c.learn_trigger is LearnTrigger.AGENT and self.learn_calls == 0:
+            added = self.buffer.added
+            if added >= c.learning_starts + c.batch_size and len(self.buffer) > 0:
+                found.extend(self._idle_learner(f"{added} transitions stored, learning_starts={c.learning_starts}"))
+        return found
 
     def learn(self) -> LearnResult | None:
         return self._learn_via(self.comm)

@@ -12,7 +12,7 @@ plain functions re-exported from Paddle::
 from paddle import concat, reshape, squeeze, stack, tanh, unsqueeze
 from paddle.nn.functional import log_softmax, relu, sigmoid, softmax
 
-from parl.layers.layer_func import LayerFunc, ParamSyncError, sync_params, unique_layer_name
+from parl.layers.layer_func import LayerFunc, ParamSyncError, is_shared, shared, sync_params, unique_layer_name
 from parl.layers.wrappers import (
     FC,
     Conv2D,
@@ -34,6 +34,8 @@ __all__ = [
     "ParamSyncError",
     "sync_params",
     "unique_layer_name",
+    "shared",
+    "is_shared",
     "FC",
     "Conv2D",
     "Embedding",

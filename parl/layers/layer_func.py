@@ -5,10 +5,10 @@ is just calling the same object; parameter names are globally unique, so
 copying or blending between two networks maps parameters by structure rather
 than by hand-written names::
 
-    fc = layers.fc(size=64, act="relu")      # parameters fc_0.w_0, fc_0.b_0
+    fc = layers.fc(size=64, act="relu")      # parameters parl_fc_0.w_0, parl_fc_0.b_0
     y1 = fc(x)
     y2 = fc(x)                               # same parameters, same output
-    other = layers.fc(size=64, act="relu")   # fc_1.w_0, fc_1.b_0
+    other = layers.fc(size=64, act="relu")   # parl_fc_1.w_0, parl_fc_1.b_0
     fc.sync_params_to(other, decay=0.0)      # copy; decay=0.9 blends
 
 A ``LayerFunc`` is a ``paddle.nn.Layer``, so assigning one to an attribute of a
@@ -21,19 +21,48 @@ import itertools
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import TypeVar
 
 import paddle
 
-__all__ = ["LayerFunc", "unique_layer_name", "sync_params", "ParamSyncError"]
+__all__ = ["LayerFunc", "unique_layer_name", "sync_params", "ParamSyncError", "shared", "is_shared"]
+
+L = TypeVar("L", bound=paddle.nn.Layer)
+
+NAME_PREFIX = "parl_"
+"""Start of every LayerFunc's name: Paddle names its own layers' parameters by layer type (``linear_0.w_0``,
+``conv2d_0.w_0``), so LayerFuncs and ``paddle.nn`` layers never take each other's names, in any order."""
+
+_SHARED_ATTR = "_parl_shared_in_copies"
 
 _counters: dict[str, Iterator[int]] = defaultdict(itertools.count)
 _counter_lock = threading.Lock()
 
 
 def unique_layer_name(prefix: str) -> str:
-    """Return ``"{prefix}_{n}"`` with ``n`` unique for this prefix in this process."""
+    """Return ``"parl_{prefix}_{n}"`` with ``n`` unique for this prefix in this process."""
     with _counter_lock:
-        return f"{prefix}_{next(_counters[prefix])}"
+        return f"{NAME_PREFIX}{prefix}_{next(_counters[prefix])}"
+
+
+def shared(layer: L) -> L:
+    """Mark ``layer`` as shared on purpose by every model a factory builds with it; returns ``layer``.
+
+    A model meant to be an independent copy (a target network, a clone from ``create_algorithm_func``)
+    that holds a layer built outside its factory is refused, unless the layer carries this mark::
+
+        encoder = layers.fc(64, act="relu")
+        algo = DQN(lambda: QModel(layers.shared(encoder)), DQNConfig())   # the target shares the encoder
+    """
+    if not isinstance(layer, paddle.nn.Layer):
+        raise TypeError(f"layers.shared expects a layer (a LayerFunc or paddle.nn.Layer), got {type(layer).__name__}")
+    setattr(layer, _SHARED_ATTR, True)
+    return layer
+
+
+def is_shared(layer: paddle.nn.Layer) -> bool:
+    """Whether ``layer`` was marked with :func:`shared`."""
+    return bool(getattr(layer, _SHARED_ATTR, False))
 
 
 class ParamSyncError(ValueError):
@@ -44,7 +73,7 @@ class LayerFunc(paddle.nn.Layer):
     """Base class of every parameterised layer in :mod:`parl.layers`.
 
     Subclasses create their parameters through :meth:`param_attr`, which gives
-    them names ``"{layer_name}.{suffix}"`` (for example ``fc_0.w_0``).
+    them names ``"{layer_name}.{suffix}"`` (for example ``parl_fc_0.w_0``).
 
     Example::
 

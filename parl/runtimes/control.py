@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 import traceback
@@ -71,6 +72,19 @@ class RunControl:
         self.lengths = {i: [] if keep is None else deque(maxlen=keep) for i in range(self.num_agents)}
         self.episodes_by_agent: dict[int, int] = dict.fromkeys(range(self.num_agents), 0)
         """Episodes each agent finished (all of them, however many ``returns`` keeps)."""
+        self._warned: set[tuple[int, str, str]] = set()
+        self.counts_steps = self.max_steps is not None
+        """Whether the run ends on a step budget: then an agent whose episodes take no env step would spin
+        forever, and ``run_agent_loop`` fails it after ``EMPTY_EPISODE_LIMIT`` of them in a row (a worker
+        process's control is told by its learner's)."""
+
+    def warn_once(self, key: tuple[int, str, str], message: str) -> None:
+        """Log ``message`` as a warning the first time ``key`` (agent id, task, kind) comes, never again."""
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        logger.warning("%s", message)
 
     def start_from(self, steps: int, episodes: int) -> None:
         """Continue the counters of an earlier run (a resumed run): budgets count from there."""
@@ -267,6 +281,57 @@ def _name_the_task(exc: BaseException) -> None:
             exc.task = name  # type: ignore[attr-defined]
 
 
+EMPTY_EPISODE_LIMIT = 1_000
+"""Episodes in a row without an env step after which an agent of a run with a step budget fails: it would
+spin forever (``run_agent_loop``)."""
+
+
+def _episode_return(agent: Agent, returned: object) -> float:
+    """The return of the episode ``agent`` just played: what ``run_one_episode`` returned, or its
+    ``episode_return`` when that was None; a ``TypeError`` or ``ValueError`` naming the agent unless it is a
+    finite number (a NaN would reach every mean of the run's returns)."""
+    value = agent.episode_return if returned is None else returned
+    try:
+        result = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"agent {agent.agent_id}: run_one_episode must return the episode's return (a number) or None, got "
+            f"{value!r} of type {type(value).__name__}"
+        ) from None
+    if not math.isfinite(result):
+        raise ValueError(
+            f"agent {agent.agent_id}: the episode's return is {result}, not a finite number (what run_one_episode "
+            "returned, or its episode_return when it returned None); look for a NaN or inf reward"
+        )
+    return result
+
+
+def _after_episode(agent_id: int, agent: Agent, control: RunControl, empty: int) -> int:
+    """The checks after an episode ``agent`` finished: each helper's :meth:`AgentHelper.check_episode`
+    (warned once per agent, task and kind), and, under a step budget, an agent that finished
+    ``EMPTY_EPISODE_LIMIT`` episodes in a row without an env step, which fails. Returns how many episodes in
+    a row, this one included, took no env step (``empty``: that count before it), or -1 when the agent
+    failed."""
+    for helper in agent.helpers.values():
+        for kind, message in helper.check_episode():
+            control.warn_once((agent_id, helper.name, kind), message)
+    if agent.episode_steps:
+        return 0
+    empty += 1
+    if empty < EMPTY_EPISODE_LIMIT or not control.counts_steps:
+        return empty
+    message = (
+        f"agent {agent_id} finished {empty} episodes in a row without an env step, so the run's step budget "
+        "(max_steps) would never be reached: its run_one_episode must step the env through self.env_step "
+        "(which counts the steps), or the run needs max_episodes or max_seconds instead"
+    )
+    try:
+        raise RuntimeError(message)
+    except RuntimeError as exc:  # raised for its traceback, which the run's failure report carries
+        control.agent_failed(agent_id, exc, traceback.format_exc(), restartable=False)
+    return -1
+
+
 def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
     """Run episodes of one agent until the run stops; report failures to ``control``.
 
@@ -274,17 +339,21 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
     behaves the same everywhere.
     """
     tracked: Agent | None = None
+    empty = 0  # episodes in a row that took no env step
     while not control.should_stop():
         try:
             agent = slot.get()
             if agent is not tracked:  # the first episode, and the first after a rebuild
                 control.track(slot.agent_id, agent)
-                tracked = agent
+                tracked, empty = agent, 0
             agent.begin_episode()
             ret = agent.run_one_episode()
-            episode_return = float(agent.episode_return if ret is None else ret)
+            episode_return = _episode_return(agent, ret)
             agent.episodes += 1
             control.episode_done(slot.agent_id, episode_return, agent.episode_steps)
+            empty = _after_episode(slot.agent_id, agent, control, empty)
+            if empty < 0:
+                return  # the agent spins: failed
         except RunStopped:
             last = slot.agent
             if last is not None and last.episode_ended:

@@ -169,6 +169,7 @@ class _RowRoute:
             or (value.dtype is not self.dtype and value.dtype != self.dtype)
             or hub.stopping
             or q.items  # an answer not taken (a failure left by a stop): the general wait raises it
+            or (explore is not True and explore is not False)  # the general path checks the flag
         ):
             return self.fallback(value, explore)
         sink = self.sink

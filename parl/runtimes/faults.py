@@ -15,8 +15,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, fields
+from typing import Annotated, Literal
 
-__all__ = ["FaultConfig", "FaultStats", "FAULT_KINDS"]
+from annotated_types import Ge, Gt
+
+from parl.utils.config_check import check_config
+
+__all__ = ["FaultConfig", "FaultStats", "FAULT_KINDS", "StartMethod"]
+
+StartMethod = Literal["fork", "spawn", "forkserver"]
+"""How a process is started: the start methods of :mod:`multiprocessing`."""
 
 
 @dataclass
@@ -28,25 +36,20 @@ class FaultConfig:
     ``reset_timeout_s`` puts every env behind a :class:`parl.envs.GuardedEnv`.
     """
 
-    max_consecutive_faults: int = 0
+    max_consecutive_faults: Annotated[int, Ge(0)] = 0
     """Faults in a row one env may have; each is absorbed (env rebuilt, episode cut) until one more
     reaches the caller as ``EnvFaultLimitError``. 0: the first fault fails the agent."""
-    step_timeout_s: float | None = None
+    step_timeout_s: Annotated[float, Gt(0)] | None = None
     """Deadline of one ``env.step``; a step past it is a hang. Setting it hosts each env in its own
     small process, so a hung env can be killed and replaced from any thread. None: no deadline."""
-    reset_timeout_s: float | None = None
+    reset_timeout_s: Annotated[float, Gt(0)] | None = None
     """Deadline of ``env.reset`` and of building the env (None: ``step_timeout_s``). Set alone, it hosts
     each env in its own process as ``step_timeout_s`` does, and steps have no deadline."""
-    start_method: str = "fork"
+    start_method: StartMethod = "fork"
     """How env host processes start (``fork``; ``spawn`` needs a picklable ``make_env``)."""
 
     def __post_init__(self) -> None:
-        if self.max_consecutive_faults < 0:
-            raise ValueError(f"FaultConfig.max_consecutive_faults must be >= 0, got {self.max_consecutive_faults}")
-        for name in ("step_timeout_s", "reset_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"FaultConfig.{name} must be > 0 or None, got {value}")
+        check_config(self)
 
     @property
     def enabled(self) -> bool:

@@ -110,6 +110,9 @@ class RemoteAgentSpec:
     seed: int
     restart_failed_agents: bool
     max_restarts: int
+    step_budget: bool = False
+    """Whether the run has a step budget (``max_steps``): a worker then fails an agent whose episodes take no
+    env step (see ``parl.runtimes.control.EMPTY_EPISODE_LIMIT``). Set by the runtime from the run's control."""
 
 
 class SharedArrays(SharedBlock):

@@ -481,6 +481,7 @@ class Worker:
             max_restarts=spec.max_restarts,
         )
         self.control.messenger = self.messenger
+        self.control.counts_steps = spec.step_budget  # the learner's budget (its control stops the run)
         self.comms: dict[tuple[int, int], Communicator] = {}
 
     def build(self, agent_id: int) -> Agent:

@@ -41,6 +41,7 @@ the bytes of the prediction protocol) :mod:`parl.runtimes.process_protocol`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing as mp
 import multiprocessing.connection as mpc
@@ -731,6 +732,7 @@ class ProcessRuntime:
         control: RunControl,
     ) -> None:
         """Start the workers; agent ``i`` lives in worker ``i % num_workers``."""
+        spec = dataclasses.replace(spec, step_budget=control.counts_steps)
         self.tasks, self.wrappers, self.remote_spec, self.control = list(tasks), list(wrappers), spec, control
         self.specs = spec.tasks
         self.stopping = False
@@ -781,9 +783,9 @@ class ProcessRuntime:
                     counters.sync()
                     board.publish()
 
-                # Every task on the same model changes these parameters when it learns.
+                # Every task whose model shares parameters with this one (its lock group) changes them.
                 for other in self.tasks:
-                    if other.algorithm.model is algorithm.model:
+                    if other.algorithm.model.learn_lock is algorithm.model.learn_lock:
                         self._unlisten.append(other.add_update_listener(publish))
                 source = shared[id(algorithm)] = ReplicaSource(task, board.name, counters.name, workers)
             self.replica_sources.append(ReplicaSource(task, source.board, source.counters, workers))

@@ -285,10 +285,11 @@ class PredictionReplica:
         seed: int,
     ) -> None:
         algorithm = task.algorithm
+        # The fork copied these locks in whatever state the learner's threads had them: new ones, one pair
+        # per lock group (models that share parameters keep sharing their locks).
+        fresh: dict[int, tuple[threading.RLock, threading.RLock]] = {}
         for m in _models(algorithm):
-            # The fork copied these locks in whatever state the learner's threads had them.
-            m.param_lock = threading.RLock()
-            m.learn_lock = threading.RLock()
+            m.param_lock, m.learn_lock = fresh.setdefault(id(m.learn_lock), (threading.RLock(), threading.RLock()))
         self.task = task
         self.worker = worker
         self.board = ParamBoard(task, board_name)

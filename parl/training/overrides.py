@@ -58,7 +58,9 @@ def parse_value(text: str, annotation: Any, where: str) -> Any:
         raise ValueError(f"{where}: {text!r} fits none of {annotation}: {'; '.join(errors)}")
     if origin is typing.Literal:
         for arg in args:
-            if str(arg) == text:
+            # An Enum member among the choices is spelt as an Enum field's value is (see _parse_scalar).
+            spellings = (str(arg.value), arg.name, arg.name.lower()) if isinstance(arg, enum.Enum) else (str(arg),)
+            if text in spellings:
                 return arg
         raise ValueError(f"{where}: expected one of {list(args)}, got {text!r}")
     if origin in (tuple, list, Sequence):
@@ -202,7 +204,10 @@ def save_config(path: str | os.PathLike[str], config: Any) -> None:
 def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a JSON config written by :func:`save_config`."""
     with open(path) as f:
-        data = json.load(f)
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{os.fspath(path)!r} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ValueError(f"{os.fspath(path)!r}: expected a JSON object")
     return data

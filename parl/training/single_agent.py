@@ -16,15 +16,18 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import gymnasium as gym
 import numpy as np
+from annotated_types import Ge
 
 from parl.algorithms.dqn import DQN, DQNConfig
 from parl.data.replay_buffer import ReplayBuffer
 from parl.framework.computation_task import ComputationTask
 from parl.framework.model import Model
 from parl.framework.types import TrainingBatch
+from parl.utils.config_check import check_config
 from parl.utils.evaluation import evaluate_greedy
 
 __all__ = ["OffPolicyLoopConfig", "TrainResult", "train_off_policy"]
@@ -36,28 +39,31 @@ logger = logging.getLogger(__name__)
 class OffPolicyLoopConfig:
     """Settings of :func:`train_off_policy`."""
 
-    max_steps: int = 50_000
+    max_steps: Annotated[int, Ge(1)] = 50_000
     """Environment steps to run at most."""
-    batch_size: int = 64
+    batch_size: Annotated[int, Ge(1)] = 64
     """Transitions per learning step."""
-    buffer_size: int = 50_000
+    buffer_size: Annotated[int, Ge(1)] = 50_000
     """Replay buffer capacity."""
-    learning_starts: int = 1_000
+    learning_starts: Annotated[int, Ge(0)] = 1_000
     """Environment steps collected before the first learning step."""
-    train_every: int = 1
+    train_every: Annotated[int, Ge(1)] = 1
     """Environment steps between learning steps."""
-    eval_every: int = 2_500
+    eval_every: Annotated[int, Ge(1)] = 2_500
     """Environment steps between greedy evaluations."""
-    eval_episodes: int = 10
+    eval_episodes: Annotated[int, Ge(1)] = 10
     """Episodes per periodic evaluation (a candidate is confirmed over ``final_eval_episodes``)."""
-    final_eval_episodes: int = 20
+    final_eval_episodes: Annotated[int, Ge(1)] = 20
     """Episodes of the confirming evaluation."""
     stop_value: float | None = None
     """Stop when the confirming evaluation's mean return reaches this value."""
-    seed: int = 0
+    seed: Annotated[int, Ge(0)] = 0
     """Seed of the env and of sampling."""
     checkpoint: str | None = None
     """Where to save the task when the evaluation improves (None: never)."""
+
+    def __post_init__(self) -> None:
+        check_config(self)
 
 
 @dataclass

@@ -31,9 +31,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from annotated_types import Ge, Gt
 
 from parl.framework.manager import Manager, RunReport
 from parl.runtimes.control import RunControl
@@ -42,6 +43,7 @@ from parl.training.metrics_log import MetricLogger
 from parl.training.overrides import save_config
 from parl.training.progress import ProgressBar
 from parl.utils.atomic import atomic_write
+from parl.utils.config_check import check_config
 from parl.utils.evaluation import evaluate_greedy
 
 __all__ = ["TrainConfig", "Trainer", "TrainSummary"]
@@ -55,40 +57,33 @@ class TrainConfig:
 
     run_dir: str = "runs/run"
     """Directory of the run: config, metrics, checkpoints, best model."""
-    max_steps: int = 100_000
+    max_steps: Annotated[int, Ge(1)] = 100_000
     """Env steps of the whole run (a resumed run continues up to the same total)."""
-    max_seconds: float | None = None
+    max_seconds: Annotated[float, Gt(0)] | None = None
     """Wall-time limit of this segment of the run (None: none)."""
-    eval_every: int = 10_000
+    eval_every: Annotated[int, Ge(0)] = 10_000
     """Env steps between greedy evaluations (0: never evaluate)."""
-    eval_episodes: int = 10
+    eval_episodes: Annotated[int, Ge(1)] = 10
     """Episodes of each evaluation, run side by side in separate envs."""
-    confirm_episodes: int = 20
+    confirm_episodes: Annotated[int, Ge(1)] = 20
     """Episodes of the confirming evaluation when an evaluation reaches ``stop_value``."""
     stop_value: float | None = None
     """Stop when a confirmed evaluation reaches this mean return (None: run the whole budget)."""
-    checkpoint_every: int = 20_000
+    checkpoint_every: Annotated[int, Ge(0)] = 20_000
     """Env steps between checkpoints (0: only the final one)."""
-    keep_checkpoints: int = 3
+    keep_checkpoints: Annotated[int, Ge(1)] = 3
     """Complete checkpoints kept on disk."""
-    log_every_s: float = 2.0
+    log_every_s: Annotated[float, Gt(0)] = 2.0
     """Seconds between rows of training scalars."""
     progress: bool | None = None
     """Show a progress bar (None: only when stderr is a terminal)."""
     tensorboard: bool = True
     """Write TensorBoard event files next to metrics.csv."""
-    per_agent_limit: int = 64
+    per_agent_limit: Annotated[int, Ge(0)] = 64
     """Log ``agents/<id>/return`` only for runs with at most this many agents."""
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "eval_episodes", "confirm_episodes", "keep_checkpoints"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "checkpoint_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if not self.log_every_s > 0:
-            raise ValueError(f"TrainConfig.log_every_s must be > 0, got {self.log_every_s}")
+        check_config(self)
 
 
 @dataclass

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
+from parl.envs.adapters import gymnasium_api
 from parl.framework.computation_task import ComputationTask
 
 __all__ = ["evaluate_greedy"]
@@ -27,7 +28,8 @@ def evaluate_greedy(
     many network calls as one. Episode ``i`` resets with seed ``seed + i``.
     The task's model must have exactly one input field (fed the observation)
     and one action field (passed to ``env.step``); recurrent states are
-    carried per episode.
+    carried per episode. An env of the old gym API is adapted
+    (:func:`parl.envs.adapters.gymnasium_api`).
 
     Example::
 
@@ -44,7 +46,7 @@ def evaluate_greedy(
     in_spec = task.input_specs[0]
     act_name = task.action_specs[0].name
     width = min(episodes, num_envs or episodes)
-    envs = [make_env() for _ in range(width)]
+    envs = [gymnasium_api(make_env()) for _ in range(width)]  # an old gym env is adapted
     returns = np.zeros(episodes, dtype=np.float64)
     try:
         next_episode = 0
