@@ -14,6 +14,7 @@ import pytest
 from examples import demo
 from examples.auxiliary_task import train as auxiliary_train
 from examples.cartpole_a2c import train as cartpole_a2c_train
+from examples.goal_rl_aux import train as goal_rl_aux_train
 from examples.hierarchical_grid import train as hierarchical_train
 
 pytestmark = pytest.mark.timeout(120)
@@ -29,6 +30,14 @@ def test_auxiliary_task_example_script(capsys: pytest.CaptureFixture[str]) -> No
     auxiliary_train.main(["--agents", "2", "--max-steps", "400"])
     out = capsys.readouterr().out
     assert out.startswith("steps=") and "aux loss=" in out and "RL loss=" in out
+
+
+def test_goal_rl_aux_example_script_learns_all_three_tasks(capsys: pytest.CaptureFixture[str]) -> None:
+    goal_rl_aux_train.main(["--agents", "4", "--max-steps", "600"])
+    out = capsys.readouterr().out
+    calls = {k: int(v) for k, v in (part.split("=") for part in out.split("learn calls ")[1].split())}
+    assert out.startswith("steps=") and "RL predict batch=" in out and "goal predict batch=" in out
+    assert calls["goal"] > 0 and calls["RL"] > 0 and calls["aux"] > 0, out
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c"])
