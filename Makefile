@@ -48,6 +48,7 @@ bench: $(TEST_STAMP)
 	$(PY) -m benchmarks.throughput
 	$(PY) -m benchmarks.storing --n 64 256
 	$(PY) -m benchmarks.env_processes
+	$(PY) -m benchmarks.multitask
 
 bench-learning: $(BENCH_STAMP)
 	$(PY) -m benchmarks.learning

@@ -169,6 +169,7 @@ def run_and_check_every_episode_recovered(
 ) -> parl.RunReport:
     """Run ``manager`` (one agent on a :class:`_SerialEnv` that kills its worker once, after ``kill_after``
     episodes no report carried) and check every one of those episodes was counted from the ledger."""
+
     def report_promptly_from_now(control: object) -> bool:
         # The first launch, started already, reports every hour (its episodes stay unsent until it is killed);
         # the restarted one reports as usual, so the run ends on its episode budget, not on its time budget.
