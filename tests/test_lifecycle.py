@@ -20,9 +20,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from parl.runtimes.reaper import descendants
+from parl.runtimes.shared_block import SharedBlock, block_name, sweep_stale_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 LEARNER = ROOT / "tests" / "lifecycle_learner.py"
@@ -179,6 +181,28 @@ def test_sigterm_to_parl_train_stops_it_cleanly_with_a_checkpoint(tmp_path: Path
     assert "stopped by SIGTERM; continue with: parl train" in out.decode()
     latest = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
     assert (latest / "COMPLETE").exists()
+
+
+def test_blocks_of_a_dead_learner_are_swept_and_live_ones_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    dead, alive, foreign = tmp_path / block_name(gone.pid), tmp_path / block_name(), tmp_path / "psm_1234"
+    for path in (dead, alive, foreign):
+        path.write_bytes(b"x")
+    with caplog.at_level("WARNING", logger="parl.runtimes.shared_block"):
+        assert sweep_stale_blocks(tmp_path) == [dead.name]
+    assert not dead.exists() and alive.exists() and foreign.exists()
+    assert dead.name in caplog.text and "learner died" in caplog.text
+
+
+def test_a_run_names_its_blocks_after_its_learner() -> None:
+    block = SharedBlock([("x", (4,), np.dtype(np.float32))])
+    try:
+        assert block.name.startswith(f"parl_{os.getpid()}_")
+    finally:
+        block.close()
 
 
 def test_the_reaper_lists_descendants() -> None:
