@@ -575,3 +575,26 @@ def test_counters_come_back_as_run_counters(tmp_path: Path) -> None:
     assert state["counters"] == counters and isinstance(state["counters"].evaluations[0], tuple)
     assert dataclasses.asdict(state["counters"]) == dataclasses.asdict(counters)
     assert state["config"] == {"a": [1, 2]} and state["helpers_missing"] == {}
+
+
+@pytest.mark.parametrize("item", ["optimizer", "extra"])
+def test_a_task_file_that_fails_part_way_leaves_the_task_as_it_was(tmp_path: Path, item: str) -> None:
+    from examples.cartpole_dqn.model import CartPoleQModel
+    from parl.framework.computation_task import write_task_file
+
+    def dqn_task() -> parl.ComputationTask:
+        return parl.ComputationTask("RL", parl.DQN(lambda: CartPoleQModel(8), parl.DQNConfig()))
+
+    source, task = dqn_task(), dqn_task()
+    obs = {"obs": np.ones((2, 4), np.float32)}
+    before = task.predict(obs, explore=False).extras["q"]
+    algo = source.algorithm
+    names = {k: [p.name for p in v.parameters()] for k, v in algo.checkpoint_items().items()
+             if isinstance(v, paddle.nn.Layer)}  # fmt: skip
+    state = algo.state_dict()
+    state[item] = [1]  # a valid model, then an item that cannot load: the model must not stay replaced
+    path = tmp_path / "bad.pdckpt"
+    write_task_file(path, "RL", state, names)
+    with pytest.raises(CheckpointError, match="does not fit this algorithm"):
+        task.load(path)
+    np.testing.assert_array_equal(task.predict(obs, explore=False).extras["q"], before)

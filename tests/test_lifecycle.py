@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from parl.runtimes.reaper import descendants
-from parl.runtimes.shared_block import SharedBlock, block_name, sweep_stale_blocks
+from parl.runtimes.shared_block import SharedBlock, block_name, block_prefix, sweep_stale_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 LEARNER = ROOT / "tests" / "lifecycle_learner.py"
@@ -74,7 +74,7 @@ class Learner:
         return found
 
     def blocks(self) -> list[str]:
-        return sorted(p.name for p in Path("/dev/shm").glob(f"parl_{self.process.pid}_*"))
+        return sorted(p.name for p in Path("/dev/shm").glob(f"{block_prefix(self.process.pid)}*"))
 
     def cleanup(self) -> None:
         """Kill whatever of this run a failed test left behind."""
@@ -189,18 +189,19 @@ def test_blocks_of_a_dead_learner_are_swept_and_live_ones_kept(
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # reaped: its pid names no process now
     dead, alive, foreign = tmp_path / block_name(gone.pid), tmp_path / block_name(), tmp_path / "psm_1234"
-    for path in (dead, alive, foreign):
+    other_host = tmp_path / f"parl_zzzz_{gone.pid}_0123"  # a learner of another host (a Ray ledger): not ours
+    for path in (dead, alive, foreign, other_host):
         path.write_bytes(b"x")
     with caplog.at_level("WARNING", logger="parl.runtimes.shared_block"):
         assert sweep_stale_blocks(tmp_path) == [dead.name]
-    assert not dead.exists() and alive.exists() and foreign.exists()
+    assert not dead.exists() and alive.exists() and foreign.exists() and other_host.exists()
     assert dead.name in caplog.text and "learner died" in caplog.text
 
 
 def test_a_run_names_its_blocks_after_its_learner() -> None:
     block = SharedBlock([("x", (4,), np.dtype(np.float32))])
     try:
-        assert block.name.startswith(f"parl_{os.getpid()}_")
+        assert block.name.startswith(block_prefix()) and f"_{os.getpid()}_" in block.name
     finally:
         block.close()
 
@@ -210,6 +211,7 @@ def test_the_reaper_lists_descendants() -> None:
     try:
         assert child.pid in descendants(os.getpid())
         assert child.pid not in descendants(child.pid)
+        assert child.pid not in descendants(os.getpid(), exclude=frozenset([child.pid]))  # started before
     finally:
         child.kill()
         child.wait()

@@ -36,6 +36,7 @@ from test_faults import SendEveryTransition, _chaos_manager, check_chaos_account
 import parl  # noqa: E402
 from parl.envs.chaos import read_fault_log  # noqa: E402
 from parl.runtimes import process_worker  # noqa: E402
+from parl.runtimes.shared_block import block_prefix  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(180)]
 
@@ -165,7 +166,7 @@ def test_a_killed_actor_without_restarts_fails_the_run_quickly() -> None:
 def _ledgers_left(manager: parl.Manager) -> list[str]:
     """The episode ledgers of ``manager``'s Ray runtime still in this node's shared memory."""
     token = manager.runtime.run_token  # type: ignore[union-attr]
-    return sorted(p.name for p in Path("/dev/shm").glob(f"parl_{os.getpid()}_ledger{token}w*"))
+    return sorted(p.name for p in Path("/dev/shm").glob(f"{block_prefix()}ledger{token}w*"))
 
 
 def test_the_episodes_a_killed_actor_had_not_reported_are_counted(

@@ -50,10 +50,15 @@ def env_flags(agent_id: int, terminated: Any, truncated: Any) -> tuple[bool, boo
     :func:`~parl.data.specs.as_flag`: NumPy bools and 0/1 too); else a :class:`SpecError` naming the agent,
     the field and the value. ``bool('False')`` is True: a string would end every episode at its first
     step, or a None never end one. Called when either is not a ``bool`` already (a type test per step)."""
+    if type(terminated) in _BOOLS and type(truncated) in _BOOLS:  # NumPy's bools, the common case: no message
+        return bool(terminated), bool(truncated)
     return (
         as_flag(terminated, f"agent {agent_id}, env step field 'terminated'"),
         as_flag(truncated, f"agent {agent_id}, env step field 'truncated'"),
     )
+
+
+_BOOLS = (bool, np.bool_)
 
 
 def check_env_action(action: Any, space: Any, where: str, model_outputs: str = "") -> None:

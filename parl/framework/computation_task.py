@@ -398,11 +398,13 @@ class ComputationTask:
             if isinstance(obj, paddle.optimizer.Optimizer) and isinstance(state.get(key), Mapping):
                 state[key] = _rename_optimizer_state(state[key], rename)
         with algo.model.learn_lock:
+            kept = algo.state_snapshot()
             try:
                 algo.set_state_dict(state)
-            except (ValueError, TypeError, KeyError) as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever failed part way, the task goes back as it was
+                algo.set_state_dict(kept)
                 raise CheckpointError(
-                    f"task {self.name!r}: checkpoint {file!r} does not fit this algorithm: {exc}"
+                    f"task {self.name!r}: checkpoint {file!r} does not fit this algorithm: {type(exc).__name__}: {exc}"
                 ) from exc
             self._parameters_changed()
 

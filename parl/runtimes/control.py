@@ -73,8 +73,8 @@ class RunControl:
         self.episodes_by_agent: dict[int, int] = dict.fromkeys(range(self.num_agents), 0)
         """Episodes each agent finished (all of them, however many ``returns`` keeps)."""
         self._warned: set[tuple[int, str, str]] = set()
-        self.counts_steps = self.max_steps is not None
-        """Whether the run ends on a step budget: then an agent whose episodes take no env step would spin
+        self.counts_steps = self.max_steps is not None and self.max_episodes is None and self.max_seconds is None
+        """Whether the run ends on a step budget only: then an agent whose episodes take no env step would spin
         forever, and ``run_agent_loop`` fails it after ``EMPTY_EPISODE_LIMIT`` of them in a row (a worker
         process's control is told by its learner's)."""
 

@@ -62,7 +62,7 @@ from parl.runtimes.process_protocol import AgentHelperStates, RemoteAgentSpec
 from parl.runtimes.process_worker import Worker
 from parl.runtimes.processes import ProcessRuntime, WorkerLink
 from parl.runtimes.reaper import Reaper
-from parl.runtimes.shared_block import block_name
+from parl.runtimes.shared_block import block_name, block_prefix
 
 __all__ = ["RayRuntime", "ray_available"]
 
@@ -587,7 +587,8 @@ class RayRuntime(ProcessRuntime):
         ray = self.ray
         if not ray.is_initialized():
             # A local instance ends with this process, however it ends (see parl.runtimes.reaper).
-            self._reaper = Reaper.start() if self.address is None else None
+            local = self.address is None and not os.environ.get("RAY_ADDRESS")  # (else ray.init joins a cluster)
+            self._reaper = Reaper.start(block_prefix()) if local else None
             try:
                 with _keep_sigterm_handler():
                     ray.init(address=self.address, log_to_driver=False)

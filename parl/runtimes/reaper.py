@@ -4,16 +4,16 @@ Ray's own processes outlive a learner killed with SIGKILL: its agents (``ray::Da
 ``ray::RuntimeEnvAgent``) wait on the dead GCS and stay, re-parented. A learner that starts a local Ray
 instance also starts a reaper, a small process of the standard library only, that watches it::
 
-    reaper = Reaper.start()           # in the learner, before ray.init
+    reaper = Reaper.start(block_prefix())   # in the learner, before ray.init
     ...
     reaper.stop()                     # the run ended normally (after ray.shutdown)
 
 While the learner lives, the reaper keeps a list of its descendants (their pids and start times, read from
 ``/proc`` every :data:`WATCH_INTERVAL_S`); once the learner is gone (the reaper is re-parented) it kills
-those still running, frees the learner's shared-memory blocks (``/dev/shm/parl_<pid>_*``, see
-:func:`parl.runtimes.shared_block.block_name`), and exits. On systems without ``/proc`` it does nothing.
-``python reaper.py PID`` (this file, run by its path so that it imports the standard library only) is
-its body.
+those still running (not those the learner had started before the reaper: they are the user's), frees
+the learner's shared-memory blocks (see :func:`parl.runtimes.shared_block.block_prefix`), and exits. On
+systems without ``/proc`` it does nothing. ``python reaper.py PID PREFIX`` (this file, run by its path so
+that it imports the standard library only) is its body.
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ def _stat(pid_dir: Path) -> tuple[int, int] | None:
     return int(fields[1]), int(fields[19])
 
 
-def descendants(root: int, proc: Path = _PROC) -> dict[int, int]:
-    """Every living descendant of ``root``: pid -> start time (empty without ``/proc``)."""
+def descendants(root: int, proc: Path = _PROC, exclude: frozenset[int] = frozenset()) -> dict[int, int]:
+    """Every living descendant of ``root`` outside the subtrees of ``exclude``: pid -> start time (empty
+    without ``/proc``)."""
     children: dict[int, list[tuple[int, int]]] = {}
     for entry in proc.glob("[0-9]*"):
         stat = _stat(entry)
@@ -53,7 +54,7 @@ def descendants(root: int, proc: Path = _PROC) -> dict[int, int]:
     todo = [root]
     while todo:
         for pid, start in children.get(todo.pop(), []):
-            if pid not in found:
+            if pid not in found and pid not in exclude:
                 found[pid] = start
                 todo.append(pid)
     return found
@@ -66,10 +67,11 @@ class Reaper:
         self.process = process
 
     @classmethod
-    def start(cls) -> Reaper:
-        """Start a reaper of this process's descendants."""
+    def start(cls, block_prefix: str) -> Reaper:
+        """Start a reaper of the processes this process starts from now on, and of its shared-memory blocks
+        (names starting with ``block_prefix``)."""
         process = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), str(os.getpid())],
+            [sys.executable, os.path.abspath(__file__), str(os.getpid()), block_prefix],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -86,22 +88,27 @@ class Reaper:
             self.process.wait(5.0)
 
 
-def reap(learner_pid: int) -> None:
-    """Watch ``learner_pid`` (this process's parent) and, once it is gone, kill what it left behind."""
-    me = os.getpid()
+def reap(learner_pid: int, block_prefix: str) -> None:
+    """Watch ``learner_pid`` (this process's parent) and, once it is gone, kill what it started since this
+    reaper started (processes it had started before are the user's, and left alone) and free its blocks."""
     # Every descendant ever seen, not the last look only: a look taken while the learner dies finds its
     # children re-parented already. Those that ended are told apart by their start time below.
+    before = frozenset(descendants(learner_pid))
     seen: dict[int, int] = {}
+    looks = 0
     while os.getppid() == learner_pid:
-        seen.update(descendants(learner_pid))
+        seen.update(descendants(learner_pid, exclude=before))
+        looks += 1
+        if looks % 40 == 0:  # forget processes that ended (their pid may come back as another)
+            seen = {pid: start for pid, start in seen.items() if (_PROC / str(pid)).exists()}
         time.sleep(WATCH_INTERVAL_S)
-    seen.pop(me, None)
+    seen.pop(os.getpid(), None)
     for pid, start in seen.items():
         stat = _stat(_PROC / str(pid))
         if stat is not None and stat[1] == start:  # the same process, not a new one under a reused pid
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-    for block in Path("/dev/shm").glob(f"parl_{learner_pid}_*"):
+    for block in Path("/dev/shm").glob(f"{block_prefix}*"):
         with contextlib.suppress(OSError):
             block.unlink()
 
@@ -110,4 +117,4 @@ if __name__ == "__main__":
     # Signals to the learner's process group are the learner's to handle; the reaper acts on its death.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    reap(int(sys.argv[1]))
+    reap(int(sys.argv[1]), sys.argv[2])

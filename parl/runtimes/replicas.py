@@ -74,6 +74,10 @@ def replica_tensors(algorithm: Algorithm) -> list[tuple[str, paddle.Tensor]]:
     return out
 
 
+_FRESH_LOCKS: dict[int, tuple[threading.RLock, threading.RLock]] = {}
+"""In a worker: the fresh lock pair of each of the learner's lock groups (by the id of its inherited learn lock)."""
+
+
 def _models(algorithm: Algorithm) -> list[Model]:
     seen: dict[int, Model] = {}
     for obj in algorithm.checkpoint_items().values():  # the model, its reference models (and the optimizer)
@@ -286,10 +290,14 @@ class PredictionReplica:
     ) -> None:
         algorithm = task.algorithm
         # The fork copied these locks in whatever state the learner's threads had them: new ones, one pair
-        # per lock group (models that share parameters keep sharing their locks).
-        fresh: dict[int, tuple[threading.RLock, threading.RLock]] = {}
+        # per lock group of the whole process (models that share parameters keep sharing their locks, across
+        # the replicas of different tasks too).
+        fresh = {id(learn) for _, learn in _FRESH_LOCKS.values()}
         for m in _models(algorithm):
-            m.param_lock, m.learn_lock = fresh.setdefault(id(m.learn_lock), (threading.RLock(), threading.RLock()))
+            if id(m.learn_lock) not in fresh:  # (a model of an earlier replica has its fresh pair already)
+                m.param_lock, m.learn_lock = _FRESH_LOCKS.setdefault(
+                    id(m.learn_lock), (threading.RLock(), threading.RLock())
+                )
         self.task = task
         self.worker = worker
         self.board = ParamBoard(task, board_name)

@@ -12,44 +12,54 @@ A block that must outlive its creator's process (a Ray actor's episode ledger, r
 actor's node after the actor died) is created with ``track=False``: Python's resource tracker would
 otherwise free it when that process ends. Whoever reads it last frees it with :meth:`SharedBlock.unlink`.
 
-Every block a run creates is named ``parl_<learner pid>_<random>`` (:func:`block_name`), so that the blocks
-of a learner that died without freeing them can be found and freed: :func:`sweep_stale_blocks` (called
-as a run starts and stops) unlinks those whose learner process is gone.
+Every block a run creates is named ``parl_<host>_<learner pid>_<random>`` (:func:`block_name`; ``host`` is
+a short hash of the host name), so that the blocks of a learner that died without freeing them can be
+found and freed: :func:`sweep_stale_blocks` (called as a run starts and stops) unlinks those of this host
+whose learner process is gone. A block named by a learner of another host (a Ray actor's episode ledger on
+this node) or another container with its own host name is never swept here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import secrets
+import socket
 from collections.abc import Sequence
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SharedBlock", "BLOCK_PREFIX", "block_name", "sweep_stale_blocks"]
+__all__ = ["SharedBlock", "BLOCK_PREFIX", "block_prefix", "block_name", "sweep_stale_blocks"]
 
 logger = logging.getLogger(__name__)
 
 BLOCK_PREFIX = "parl_"
-"""Start of the name of every shared-memory block of a run: ``parl_<learner pid>_<random>``."""
+"""Start of the name of every shared-memory block of a run: ``parl_<host>_<learner pid>_<random>``."""
 
 _SHM_DIR = Path("/dev/shm")
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
+
+
+def block_prefix(learner_pid: int | None = None) -> str:
+    """What every block name of ``learner_pid``'s run (default: this process's) on this host starts with."""
+    return f"{BLOCK_PREFIX}{_HOST}_{os.getpid() if learner_pid is None else learner_pid}_"
 
 
 def block_name(learner_pid: int | None = None, tag: str = "") -> str:
     """A new block name owned by ``learner_pid`` (default: this process), with an optional ``tag``."""
-    pid = os.getpid() if learner_pid is None else learner_pid
-    return f"{BLOCK_PREFIX}{pid}_{tag}{secrets.token_hex(6)}"
+    return f"{block_prefix(learner_pid)}{tag}{secrets.token_hex(6)}"
 
 
 def _owner_pid(name: str) -> int | None:
-    """The learner pid in a block name made by :func:`block_name` (None for any other name)."""
-    if not name.startswith(BLOCK_PREFIX):
+    """The learner pid in a block name that :func:`block_name` made on this host (None for any other name)."""
+    host, _, rest = name[len(BLOCK_PREFIX) :].partition("_")
+    if not name.startswith(BLOCK_PREFIX) or host != _HOST:
         return None
-    pid, _, _ = name[len(BLOCK_PREFIX) :].partition("_")
+    pid, _, _ = rest.partition("_")
     return int(pid) if pid.isdigit() else None
 
 

@@ -224,8 +224,9 @@ def load_tree(path: str | os.PathLike[str], kind: str) -> Any:
         raise CheckpointError(f"{file!r} holds a parl {metadata.get('kind')!r} checkpoint, not a {kind!r} one")
     try:
         stored = safetensors.numpy.load(data)
-    except safetensors.SafetensorError as exc:
-        raise CheckpointError(f"{file!r} is a damaged parl checkpoint (truncated or corrupt): {exc}") from None
+    except (safetensors.SafetensorError, KeyError, TypeError, ValueError) as exc:
+        # (an unknown tensor dtype, e.g. BF16, is a KeyError of the numpy reader)
+        raise CheckpointError(f"{file!r} is a damaged parl checkpoint (truncated or corrupt): {exc!r}") from None
     # safetensors' arrays are read-only views of its buffer: copies that the state can take over.
     tensors = {k: np.array(v) for k, v in stored.items()}
     try:
