@@ -69,6 +69,12 @@ CONFIG_CASES = [
     field_case(parl.ManagerConfig, "max_steps", 0, "an int >= 1 or None"),
     field_case(parl.ManagerConfig, "max_seconds", INF, "a finite float > 0 or None"),
     field_case(parl.ManagerConfig, "poll_s", "0.1", "a float > 0"),
+    Case(
+        "ManagerConfig.poll_s=10**400",
+        lambda: parl.ManagerConfig(poll_s=10**400),
+        parl.ConfigError,
+        ("ManagerConfig.poll_s: got 1000", "(int); expected a float > 0"),
+    ),  # fmt: skip
     field_case(parl.ManagerConfig, "stop_timeout_s", NAN, "a finite float > 0"),
     field_case(parl.ManagerConfig, "start_method", "telepathy", "one of 'fork', 'spawn', 'forkserver'"),
     field_case(parl.ManagerConfig, "runtime", "gpu", "a Runtime: one of 'threads', 'coroutines', 'processes', 'ray'"),

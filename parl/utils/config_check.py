@@ -188,9 +188,13 @@ def _accept_scalar(value: Any, hint: type, allow_nonfinite: bool) -> Any:
         if not isinstance(value, (int, np.integer)):
             raise _Mismatch
         return value if type(value) is int else int(value)
-    if not allow_nonfinite and not math.isfinite(value):
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int too large for a float (10**400)
+        raise _Mismatch from None
+    if not allow_nonfinite and not math.isfinite(as_float):
         raise _Mismatch
-    return value if type(value) is float else float(value)
+    return value if type(value) is float else as_float
 
 
 def _accept_enum(value: Any, cls: type[enum.Enum]) -> enum.Enum:
