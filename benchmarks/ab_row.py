@@ -21,6 +21,7 @@ from typing import Any
 
 
 def _cpu_seconds(pid: int) -> float:
+    # benchmarks.common.process_cpu_seconds, copied: this script must not import a tree's benchmarks package.
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()

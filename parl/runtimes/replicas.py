@@ -43,6 +43,7 @@ import paddle
 from parl.framework.algorithm import Algorithm
 from parl.framework.computation_task import ComputationTask
 from parl.framework.model import Model
+from parl.framework.sharing import models_of
 from parl.framework.types import Prediction
 from parl.runtimes.shared_block import SharedBlock
 
@@ -78,21 +79,13 @@ _FRESH_LOCKS: dict[int, tuple[threading.RLock, threading.RLock]] = {}
 """In a worker: the fresh lock pair of each of the learner's lock groups (by the id of its inherited learn lock)."""
 
 
-def _models(algorithm: Algorithm) -> list[Model]:
-    seen: dict[int, Model] = {}
-    for obj in algorithm.checkpoint_items().values():  # the model, its reference models (and the optimizer)
-        if isinstance(obj, Model):
-            seen.setdefault(id(obj), obj)
-    return list(seen.values())
-
-
 @contextlib.contextmanager
 def models_quiet(tasks: Sequence[ComputationTask]) -> Iterator[None]:
     """Hold every model's ``learn_lock`` and ``param_lock``: no learning step or prediction of these tasks
     runs meanwhile (so a process forked inside sees no Paddle call half done by one of them)."""
     models: dict[int, Model] = {}
     for task in tasks:
-        for m in _models(task.algorithm):
+        for m in models_of(task.algorithm):
             models.setdefault(id(m), m)
     with contextlib.ExitStack() as stack:
         for m in models.values():
@@ -293,7 +286,7 @@ class PredictionReplica:
         # per lock group of the whole process (models that share parameters keep sharing their locks, across
         # the replicas of different tasks too).
         fresh = {id(learn) for _, learn in _FRESH_LOCKS.values()}
-        for m in _models(algorithm):
+        for m in models_of(algorithm):
             if id(m.learn_lock) not in fresh:  # (a model of an earlier replica has its fresh pair already)
                 m.param_lock, m.learn_lock = _FRESH_LOCKS.setdefault(
                     id(m.learn_lock), (threading.RLock(), threading.RLock())
