@@ -129,15 +129,18 @@ def test_a_save_whose_write_raises_leaves_the_previous_file_intact(
     obs = np.ones((3, 4), np.float32)
     saved_q = q_values(task, obs)
     task.learn(make_batch(np.random.default_rng(4)))
-    real_save = safetensors.numpy.save_file
+    real_save = safetensors.numpy.save
 
-    def half_then_raise(tensors: object, target: str, *args: object, **kwargs: object) -> None:
-        real_save(tensors, target, *args, **kwargs)  # type: ignore[arg-type]
-        data = Path(target).read_bytes()
-        Path(target).write_bytes(data[: len(data) // 2])
+    def half_a_file(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
+        data = real_save(tensors, metadata=metadata)
+        return data[: len(data) // 2]
+
+    def disk_full(fd: int) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(safetensors.numpy, "save_file", half_then_raise)
+    # the temp file is written half way, then the write fails as on a full disk
+    monkeypatch.setattr(safetensors.numpy, "save", half_a_file)
+    monkeypatch.setattr(os, "fsync", disk_full)
     with pytest.raises(OSError, match="disk full"):
         task.save(path)
     monkeypatch.undo()

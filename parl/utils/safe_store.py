@@ -25,7 +25,6 @@ import json
 import math
 import os
 import re
-import stat
 from collections.abc import Mapping
 from typing import Any
 
@@ -202,10 +201,11 @@ def save_tree(path: str | os.PathLike[str], tree: Any, kind: str) -> None:
     }
 
     def write(tmp: str) -> None:
-        # atomic_write made the file with the mode a plain open gives; safetensors' writer leaves it 0600.
-        mode = stat.S_IMODE(os.stat(tmp).st_mode)
-        safetensors.numpy.save_file(tensors, tmp, metadata=metadata)
-        os.chmod(tmp, mode)
+        # The bytes go through our own temp file: safetensors' save_file writes a temp file of its own
+        # (``.tmpXXXXXX``) beside the target, which a kill mid-write would leave behind.
+        data = safetensors.numpy.save(tensors, metadata=metadata)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
 
     atomic_write(path, write)
 
