@@ -359,3 +359,19 @@ def test_explore_and_greedy_requests_are_served_in_separate_calls() -> None:
     assert sorted(algo.predict_sizes) == [2, 2]
     for i, pred in enumerate(preds):
         np.testing.assert_array_equal(pred.extras["echo"], _rows(i, 1) * 2)
+
+
+@pytest.mark.parametrize("learning", [False, True])
+def test_a_multi_task_agent_joins_the_batch_of_its_next_task_in_the_same_round(learning: bool) -> None:
+    # The design's robot (goal every 8 steps, then the move it conditions; all three tasks learning when
+    # ``learning``): an agent answered by the goal task goes on to the RL task before that task's round,
+    # and a round waits for the agents inside a running learning call.
+    from examples.goal_rl_aux.train import build_manager
+
+    report = build_manager(num_agents=16, max_steps=2_000, runtime="coroutines", learning=learning).run()
+    rl = report.prediction_stats["RL"]
+    assert rl.samples >= 2_000
+    # Episode starts and the run's end cut a few rounds short; every other round holds all 16 agents.
+    assert rl.mean_batch >= 15.0, rl.histogram
+    if learning:
+        assert all(report.training_stats[name].calls > 0 for name in ("goal", "RL", "aux"))

@@ -209,6 +209,9 @@ class ComputationWrapper:
         # One learning call at a time, whether the training loop or a caller (learn_on_caller) serves it.
         self._learn_lock = threading.Lock()
         self.serve_predictions_in_thread = True
+        self.learning_agents: frozenset[int] = frozenset()
+        """The agents whose data the running learning call learns from (empty between calls): their answers
+        come without any further request, so a scheduler may wait for them before serving a round."""
 
     # --------------------------------------------------------------- wiring
     def create_communicator(
@@ -566,7 +569,18 @@ class ComputationWrapper:
             self.prediction_stats.record(requests, samples)
 
     def serve_training(self, items: Sequence[TrainItem]) -> None:
-        """Run one learning step on the packed ``items``; each agent gets its rows and the metrics."""
+        """Run one learning step on the packed ``items``; each agent gets its rows and the metrics.
+
+        While the call runs, :attr:`learning_agents` holds the ids of the agents it answers.
+        """
+        self.learning_agents = frozenset(comm.agent_id for comm, _ in items)
+        try:
+            self._learn(items)
+        finally:
+            # Cleared once the answers are out: a scheduler that sees an id here will find its answer.
+            self.learning_agents = frozenset()
+
+    def _learn(self, items: Sequence[TrainItem]) -> None:
         try:
             batch, offsets = pack_training_batches([b for _, b in items])
             result = self.task.learn(batch, check=False)

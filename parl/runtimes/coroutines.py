@@ -225,6 +225,10 @@ class _PendingSink:
         self.explore_lane = _RowLane()
         self.greedy_lane = _RowLane()
 
+    def waiting(self) -> int:
+        """Samples waiting to be served."""
+        return self.samples + len(self.explore_lane.values) + len(self.greedy_lane.values)
+
     def put(self, item: PredictItem) -> None:
         if not self.queued:
             self.queued = True
@@ -246,6 +250,7 @@ class Hub:
         self.pending: list[_PendingSink] = []
         self._sinks: dict[ComputationWrapper, _PendingSink] = {}
         self.slots: list[AgentSlot] = []
+        self.agent_ids: frozenset[int] = frozenset()
         self.stopping = False
         self.main: greenlet.greenlet = greenlet.getcurrent()
         self.thread: threading.Thread | None = None
@@ -311,7 +316,7 @@ class Hub:
                 self._wake_io(0.0)
             if self.runnable:
                 continue
-            if self.pending:
+            if self.pending and not self._learners_returning():
                 self._serve_pending()
                 continue
             self._idle()
@@ -323,6 +328,15 @@ class Hub:
                 for g in agents:
                     if not g.dead and g not in waiting:
                         self.runnable.append(g)
+
+    def _learners_returning(self) -> bool:
+        """Whether an agent of this hub is inside a running learning call: it is answered without any
+        further request and may go on to join this round's predictions, so the round waits for it."""
+        for wrapper in self._sinks:
+            learning = wrapper.learning_agents
+            if learning and not learning.isdisjoint(self.agent_ids):
+                return True
+        return False
 
     def _idle(self) -> None:
         """Called before the hub waits with nothing to run (a worker's hub reports its episodes here)."""
@@ -439,9 +453,16 @@ class Hub:
             rq.put(item)
 
     def _serve_pending(self) -> None:
+        """Serve each task with requests once, the one with the fewest first.
+
+        Agents answered by one task run to their next wait before the next task is served, so an agent
+        that goes on to another task of this round (a goal, then the move it conditions) joins its batch.
+        """
         pending, self.pending = self.pending, []
         self.rounds += 1
-        for sink in pending:
+        while pending:
+            sink = min(pending, key=_PendingSink.waiting) if len(pending) > 1 else pending[0]
+            pending.remove(sink)
             sink.queued = False
             if sink.items:
                 self._serve_items(sink)
@@ -606,6 +627,7 @@ class CoroutineRuntime:
         for slot in slots:
             self._hub(slot.agent_id).slots.append(slot)
         for hub in self.hubs:
+            hub.agent_ids = frozenset(slot.agent_id for slot in hub.slots)
             hub.start(control)
 
     def alive(self) -> bool:

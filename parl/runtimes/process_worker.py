@@ -83,6 +83,10 @@ logger = logging.getLogger(__name__)
 class RemoteWrapper:
     """Stands in for a ComputationWrapper inside a worker process."""
 
+    learning_agents: frozenset[int] = frozenset()
+    """Learning runs in the learner process, which does not tell the worker when a call starts: the worker's
+    hub never waits for a learning call before serving a round."""
+
     def __init__(
         self,
         index: int,
