@@ -54,12 +54,12 @@ from parl.framework.errors import (
     WrapperError,
 )
 from parl.framework.factories import create_algorithm_func
-from parl.framework.manager import Manager, ManagerConfig, RunReport, Runtime, TaskConfig
 from parl.framework.model import Model
 from parl.framework.on_policy_helper import OnPolicyConfig, OnPolicyHelper
 from parl.framework.replay_helper import ExpReplayConfig, ExpReplayHelper
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.layers.layer_func import LayerFunc, ParamSyncError
+from parl.manager import Manager, ManagerConfig, RunReport, Runtime, TaskConfig
 from parl.runtimes.faults import FaultConfig, FaultStats
 from parl.training.evaluation_stopper import EvalStopper
 from parl.training.experiment import Experiment

@@ -25,8 +25,10 @@ import pytest
 import parl
 from examples.cartpole_dqn.model import CartPoleQModel
 from parl.agents import GymAgent
+from parl.framework.errors import HelperStateError
+from parl.runtimes.base import HelperStates
 from parl.runtimes.control import RunControl
-from parl.runtimes.processes import HelperStateError, HelperStates, ProcessRuntime
+from parl.runtimes.processes import ProcessRuntime
 from parl.training.checkpoint import HELPERS_FILE, RunCheckpointer, RunCounters, read_helpers
 from parl.training.trainer import TrainConfig, Trainer
 

@@ -208,7 +208,6 @@ class ComputationWrapper:
         self._stats_lock = threading.Lock()
         # One learning call at a time, whether the training loop or a caller (learn_on_caller) serves it.
         self._learn_lock = threading.Lock()
-        self.serve_predictions_in_thread = True
         self.learning_agents: frozenset[int] = frozenset()
         """The agents whose data the running learning call learns from (empty between calls): their answers
         come without any further request, so a scheduler may wait for them before serving a round."""
@@ -279,12 +278,13 @@ class ComputationWrapper:
         """Whether the loops are running."""
         return any(t.is_alive() for t in self._threads)
 
-    def start(self) -> None:
-        """Start the training loop and (unless a scheduler serves them) the prediction loop."""
+    def start(self, serve_predictions: bool = True) -> None:
+        """Start the training loop and, unless a scheduler serves them in its own thread
+        (``serve_predictions=False``: the coroutine hubs, the process runtime's links), the prediction loop."""
         if self._threads:
             raise RuntimeError(f"wrapper of task {self.task.name!r} already started")
         targets: list[tuple[str, Callable[[], None]]] = [("train", self._training_loop)]
-        if self.serve_predictions_in_thread:
+        if serve_predictions:
             targets.append(("predict", self._prediction_loop))
         for kind, target in targets:
             t = threading.Thread(target=self._guard(target), name=f"parl-{self.task.name}-{kind}", daemon=True)

@@ -21,7 +21,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import greenlet
@@ -31,6 +31,7 @@ from parl.framework.communicator import ActTarget, Communicator, Failure, Predic
 from parl.framework.computation_wrapper import ComputationWrapper, PredictItem
 from parl.framework.errors import RunStopped
 from parl.framework.types import Prediction
+from parl.runtimes.base import LocalRuntime
 from parl.runtimes.control import AgentSlot, RunControl, run_agent_loop
 from parl.runtimes.waits import Readable, thread_waiter
 
@@ -40,6 +41,10 @@ logger = logging.getLogger(__name__)
 
 _ndarray = np.ndarray
 _getcurrent = greenlet.getcurrent
+
+
+FEEDS_RATE = 0.1
+"""Weight of the latest round in :attr:`_PendingSink.feeds`."""
 
 
 class _HubReturnQueue:
@@ -214,7 +219,7 @@ class _PendingSink:
     """The hub's prediction requests for one wrapper: general requests with how many samples they hold,
     and the one-sample requests of row requesters in two lanes (explore, greedy)."""
 
-    __slots__ = ("hub", "wrapper", "items", "samples", "queued", "explore_lane", "greedy_lane")
+    __slots__ = ("hub", "wrapper", "items", "samples", "queued", "explore_lane", "greedy_lane", "feeds")
 
     def __init__(self, hub: Hub, wrapper: ComputationWrapper) -> None:
         self.hub = hub
@@ -224,6 +229,12 @@ class _PendingSink:
         self.queued = False  # in the hub's pending list
         self.explore_lane = _RowLane()
         self.greedy_lane = _RowLane()
+        self.feeds = 0.0
+        """Of the agents this sink answers, the share that goes on to another task of the hub before its next
+        wait (a running mean): the hub serves the sinks that feed others first."""
+
+    def feeds_of(self) -> float:
+        return self.feeds
 
     def waiting(self) -> int:
         """Samples waiting to be served."""
@@ -453,17 +464,21 @@ class Hub:
             rq.put(item)
 
     def _serve_pending(self) -> None:
-        """Serve each task with requests once, the one with the fewest first.
+        """Serve each task with requests once, first the one whose answered agents go on to other tasks.
 
-        Agents answered by one task run to their next wait before the next task is served, so an agent
-        that goes on to another task of this round (a goal, then the move it conditions) joins its batch.
+        Agents answered by one task run to their next wait before the next task is served, so an agent that
+        goes on to another task of this round (a goal, then the move it conditions) joins that task's batch.
+        Which task feeds the others is learnt from the rounds served so far (:attr:`_PendingSink.feeds`).
         """
         pending, self.pending = self.pending, []
         self.rounds += 1
         while pending:
-            sink = min(pending, key=_PendingSink.waiting) if len(pending) > 1 else pending[0]
+            sink = max(pending, key=_PendingSink.feeds_of) if len(pending) > 1 else pending[0]
             pending.remove(sink)
             sink.queued = False
+            several = len(self._sinks) > 1
+            served = sink.waiting() if several else 0
+            elsewhere = self._waiting_except(sink) if several else 0
             if sink.items:
                 self._serve_items(sink)
             # Both lanes are taken before either is served: agents resumed while the first is served
@@ -472,6 +487,12 @@ class Hub:
             for explore, (values, queues) in lanes:
                 if values:
                     self._serve_rows(sink.wrapper, values, queues, explore)
+            if served:
+                went_on = (self._waiting_except(sink) - elsewhere) / served
+                sink.feeds += FEEDS_RATE * (went_on - sink.feeds)
+
+    def _waiting_except(self, sink: _PendingSink) -> int:
+        return sum(other.waiting() for other in self._sinks.values() if other is not sink)
 
     def _serve_items(self, sink: _PendingSink) -> None:
         wrapper, items, samples = sink.wrapper, sink.items, sink.samples
@@ -598,7 +619,7 @@ def _chunks(items: list[PredictItem], limit: int) -> list[list[PredictItem]]:
     return chunks
 
 
-class CoroutineRuntime:
+class CoroutineRuntime(LocalRuntime):
     """Hosts many agents per OS thread as greenlets, with predictions served in place.
 
     ``num_threads`` hub threads share the agents round-robin. With one hub,
@@ -609,9 +630,9 @@ class CoroutineRuntime:
     """
 
     name = "coroutines"
-    serves_predictions = True
 
     def __init__(self, num_threads: int = 1, poll_s: float = 0.05) -> None:
+        super().__init__()
         if num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads}")
         self.hubs = [Hub(i, poll_s) for i in range(num_threads)]
@@ -623,8 +644,10 @@ class CoroutineRuntime:
         hub = self._hub(agent_id)
         return wrapper.create_communicator(agent_id, hub.return_queue, prediction_sink=hub.sink(wrapper))
 
-    def start(self, slots: Sequence[AgentSlot], control: RunControl) -> None:
-        for slot in slots:
+    def launch(self, wrappers: list[ComputationWrapper], control: RunControl) -> None:
+        for wrapper in wrappers:
+            wrapper.start(serve_predictions=False)  # the hubs serve predictions in place
+        for slot in self.slots:
             self._hub(slot.agent_id).slots.append(slot)
         for hub in self.hubs:
             hub.agent_ids = frozenset(slot.agent_id for slot in hub.slots)

@@ -16,26 +16,19 @@ from __future__ import annotations
 
 import pickle
 import struct
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from parl.data.specs import FieldSpec
-from parl.framework.agent import Agent
-from parl.framework.agent_helper import AgentHelper
 from parl.framework.computation_task import ComputationTask
-from parl.framework.computation_wrapper import (
-    WrapperConfig,
-)
+from parl.framework.computation_wrapper import WrapperConfig
 from parl.framework.types import TrainingBatch
-from parl.runtimes.faults import FaultConfig
+from parl.runtimes.builder import AgentBuilder
 from parl.runtimes.shared_block import SharedBlock
 
 __all__ = [
-    "AgentHelperStates",
-    "HelperStates",
     "TaskSpecs",
     "RemoteAgentSpec",
     "SharedArrays",
@@ -49,19 +42,6 @@ __all__ = [
     "TAG_ERROR",
     "picklable",
 ]
-
-AgentHelperStates = dict[int, dict[str, dict[str, Any]]]
-"""Agent id -> task name -> that agent's ``helper.state_dict()``."""
-
-
-@dataclass
-class HelperStates:
-    """The helper states of a run's agents at one moment, and the agents whose states are missing."""
-
-    states: AgentHelperStates = field(default_factory=dict)
-    """Agent id -> task name -> ``helper.state_dict()`` (replay buffers, their RNG and schedule)."""
-    missing: dict[int, str] = field(default_factory=dict)
-    """Agent id -> why its helper states are not in :attr:`states` (its worker died, ...)."""
 
 
 @dataclass
@@ -100,14 +80,10 @@ class TaskSpecs:
 
 @dataclass
 class RemoteAgentSpec:
-    """How a worker builds its agents (everything here must survive the process start)."""
+    """How a worker builds and runs its agents (everything here must survive the process start)."""
 
     tasks: list[TaskSpecs]
-    helpers: list[tuple[Callable[..., AgentHelper], Any]]
-    agent_factory: Callable[..., Agent]
-    make_env: Callable[[int], Any] | None
-    faults: FaultConfig
-    seed: int
+    builder: AgentBuilder
     restart_failed_agents: bool
     max_restarts: int
     step_budget: bool = False

@@ -14,6 +14,7 @@ actor runs the same :class:`Worker` over sockets::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -30,9 +31,7 @@ import numpy as np
 
 from parl.data.packing import pack_fields, stack_rows
 from parl.data.specs import SpecError, all_finite, check_fields
-from parl.envs.guarded import guard_env
 from parl.framework.agent import Agent
-from parl.framework.agent_helper import AgentHelper
 from parl.framework.communicator import Communicator, Failure, PredictRequest
 from parl.framework.computation_wrapper import (
     answer_predictions,
@@ -42,6 +41,7 @@ from parl.framework.computation_wrapper import (
 )
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import Prediction, TrainingBatch
+from parl.runtimes.builder import AgentHelperStates
 from parl.runtimes.control import AgentSlot, RunControl
 from parl.runtimes.coroutines import Hub
 from parl.runtimes.episode_ledger import LEDGER_CAPACITY, EpisodeLedger
@@ -52,7 +52,6 @@ from parl.runtimes.process_protocol import (
     TAG_INLINE,
     TAG_OK,
     TAG_SHM,
-    AgentHelperStates,
     RemoteAgentSpec,
     SharedArrays,
     TaskChannel,
@@ -459,9 +458,8 @@ class Worker:
         report_s: float | None = None,
     ) -> None:
         self.worker, self.agent_ids, self.spec = worker, agent_ids, spec
-        # Loaded into each agent's helpers when it is first built (popped: an agent rebuilt after
-        # its own failure starts with fresh helpers, as in every runtime).
-        self.pending_states: AgentHelperStates = dict(helper_states or {})
+        # This worker's agents start from ``helper_states`` (the builder pops each agent's when it builds it).
+        self.builder = dataclasses.replace(spec.builder, helper_states=dict(helper_states or {}))
         self.pred_conn, self.msg_conn, self.stop_event = pred_conn, msg_conn, stop_event
         # This launch's episode ledger: the learner's (a worker process attaches to it), or made here under
         # the learner's name for it (a Ray actor, on its own node; outside the resource tracker, so that
@@ -472,7 +470,11 @@ class Worker:
             else None
         )
         self.messenger = WorkerMessenger(msg_conn, stop_event, self.ledger, report_s)
-        built = build_replicas(replicas, worker, spec.seed) if replicas and any(replicas) else [None] * len(spec.tasks)
+        built = (
+            build_replicas(replicas, worker, spec.builder.seed)
+            if replicas and any(replicas)
+            else [None] * len(spec.tasks)
+        )
         self.wrappers = [
             RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger, built[i])
             for i, t in enumerate(spec.tasks)
@@ -489,25 +491,14 @@ class Worker:
         self.comms: dict[tuple[int, int], Communicator] = {}
 
     def build(self, agent_id: int) -> Agent:
-        helpers: dict[str, AgentHelper] = {}
+        # Fresh communicators for a rebuilt agent too, as on every runtime: nothing meant for the
+        # failed agent (a learn result on its way) reaches its successor.
+        comms = []
         for i, w in enumerate(self.wrappers):
-            # Fresh communicators for a rebuilt agent too, as on every runtime: nothing meant for the
-            # failed agent (a learn result on its way) reaches its successor.
             comm = w.create_communicator(agent_id, self.hub.return_queue, self.hub.sink(w))  # type: ignore[arg-type]
             self.comms[(i, agent_id)] = comm
-            helper_cls, cfg = self.spec.helpers[i]
-            name = w.task.name
-            helpers[name] = helper_cls(name, comm) if cfg is None else helper_cls(name, comm, cfg)
-        for name, state in self.pending_states.pop(agent_id, {}).items():
-            if name in helpers and state:
-                helpers[name].set_state_dict(state)
-        env = guard_env(self.spec.make_env, agent_id, self.spec.faults, self.control.record_fault)
-        agent = self.spec.agent_factory(agent_id, env, helpers)
-        if not isinstance(agent, Agent):  # as Manager._build_agent says it in the learner's runtimes
-            raise TypeError(f"the agent factory must return a parl.Agent, got {type(agent).__name__}")
-        if agent.seed is None:
-            agent.seed = self.spec.seed + agent_id
-        return agent
+            comms.append(comm)
+        return self.builder.build(agent_id, comms, self.control.record_fault)
 
     def read_results(self) -> None:
         while True:
@@ -540,8 +531,8 @@ class Worker:
         for slot in self.hub.slots:
             if slot.agent is not None:
                 states[slot.agent_id] = {name: h.state_dict() for name, h in slot.agent.helpers.items()}
-            elif slot.agent_id in self.pending_states:  # not built yet: it will start from these
-                states[slot.agent_id] = self.pending_states[slot.agent_id]
+            elif slot.agent_id in self.builder.helper_states:  # not built yet: it will start from these
+                states[slot.agent_id] = self.builder.helper_states[slot.agent_id]
             else:
                 missing[slot.agent_id] = f"agent {slot.agent_id} was never built in worker {self.worker}"
         return states, missing

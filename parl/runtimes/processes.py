@@ -26,7 +26,7 @@ its link within a poll interval and reported as a failure of its agents, or
 restarted when ``restart_failed_agents`` is set.
 
 Helper states (replay buffers) live in the workers. For a checkpoint the learner
-asks every worker for them (:meth:`ProcessRuntime.collect_helper_states`); the
+asks every worker for them (:meth:`ProcessRuntime.helper_states`); the
 worker answers at a safe point of its hub loop, when every agent is suspended in
 a wait and no helper is inside ``store_data``. A worker that stops reports its
 final states before it ends, so a checkpoint written after the run has them too.
@@ -54,7 +54,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from parl.framework.communicator import Communicator, Failure
+from parl.framework.communicator import Failure
 from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import (
     ComputationWrapper,
@@ -62,6 +62,8 @@ from parl.framework.computation_wrapper import (
 )
 from parl.framework.errors import HelperStateError
 from parl.framework.types import LearnResult
+from parl.runtimes.base import HelperStates, RunSetup
+from parl.runtimes.builder import AgentHelperStates
 from parl.runtimes.control import AgentSlot, RunControl
 from parl.runtimes.episode_ledger import LEDGER_CAPACITY, EpisodeLedger
 from parl.runtimes.process_protocol import (
@@ -69,8 +71,6 @@ from parl.runtimes.process_protocol import (
     TAG_ERROR,
     TAG_INLINE,
     TAG_OK,
-    AgentHelperStates,
-    HelperStates,
     RemoteAgentSpec,
     SharedArrays,
     TaskChannel,
@@ -88,16 +88,7 @@ from parl.runtimes.replicas import (
 )
 from parl.runtimes.stop_flag import StopFlag
 
-__all__ = [
-    "ProcessRuntime",
-    "TaskSpecs",
-    "RemoteAgentSpec",
-    "HelperStates",
-    "HelperStateError",
-    "AgentHelperStates",
-    "WorkerLink",
-    "default_num_workers",
-]
+__all__ = ["ProcessRuntime", "WorkerLink"]
 
 logger = logging.getLogger(__name__)
 
@@ -290,7 +281,7 @@ class WorkerLink:
     def _launch(self) -> tuple[mpc.Connection, mpc.Connection]:
         """Start the worker process; return the (prediction, message) connections to it.
 
-        Its agents are built with the runtime's helper states for them (see :attr:`ProcessRuntime.helper_states`).
+        Its agents are built with the runtime's helper states for them (see :attr:`ProcessRuntime.saved_states`).
         """
         rt = self.runtime
         ctx: Any = mp.get_context(rt.start_method)
@@ -627,8 +618,6 @@ class ProcessRuntime:
     """
 
     name = "processes"
-    serves_predictions = True
-    hosts_agents = True
 
     def __init__(self, num_workers: int = 2, start_method: str = "fork") -> None:
         if num_workers < 1:
@@ -637,6 +626,7 @@ class ProcessRuntime:
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}")
         self.num_workers = num_workers
         self.start_method = start_method
+        self.slots: list[AgentSlot] = []  # the agents live in the workers
         self.links: list[WorkerLink] = []
         self.tasks: list[ComputationTask] = []
         self.wrappers: list[ComputationWrapper] = []
@@ -647,10 +637,10 @@ class ProcessRuntime:
         self.control: RunControl | None = None
         self._lock = threading.Lock()
         self.worker_restarts = 0
-        self.helper_states: AgentHelperStates = {}
-        """Helper states a worker builds its agents with when it starts or restarts: set before
-        :meth:`start_remote` (a resumed run's checkpoint), replaced by :meth:`remember_helper_states`
-        after each checkpoint of the run (kept only when workers may restart)."""
+        self.saved_states: AgentHelperStates = {}
+        """Helper states a worker builds its agents with when it starts or restarts: the builder's at
+        :meth:`start` (a resumed run's checkpoint), replaced by :meth:`checkpoint_saved` after each
+        checkpoint of the run (kept only when workers may restart)."""
         self._requests = 0
         self.replica_sources: list[ReplicaSource | None] = []
         """Per task: what a worker needs to predict on its own replica (None: the learner predicts)."""
@@ -672,15 +662,15 @@ class ProcessRuntime:
     def helper_states_for(self, agent_ids: Sequence[int]) -> AgentHelperStates:
         """The helper states of ``agent_ids`` a (re)starting worker builds its agents with."""
         with self._lock:
-            return {a: self.helper_states[a] for a in agent_ids if a in self.helper_states}
+            return {a: self.saved_states[a] for a in agent_ids if a in self.saved_states}
 
-    def remember_helper_states(self, states: AgentHelperStates) -> None:
+    def checkpoint_saved(self, states: AgentHelperStates) -> None:
         """Make ``states`` (those of a checkpoint just written) the states a restarted worker's agents get."""
         if self.control is not None and self.control.restart_failed_agents:
             with self._lock:
-                self.helper_states.update(states)
+                self.saved_states.update(states)
 
-    def collect_helper_states(self, timeout: float) -> HelperStates:
+    def helper_states(self, timeout: float) -> HelperStates:
         """Every agent's helper states, asked from all workers at once.
 
         A running worker answers at a safe point of its hub loop (no helper inside ``store_data``);
@@ -692,6 +682,8 @@ class ProcessRuntime:
                 agents' ``state_dict`` failed (the error names the worker and carries its traceback).
         """
         self.sync_replica_counters()
+        if not self.links:  # not started: no agent has states yet
+            return HelperStates()
         with self._lock:
             self._requests += 1
             request_id = self._requests
@@ -720,37 +712,39 @@ class ProcessRuntime:
             result.missing.update(reply.missing)
         return result
 
-    def communicator(self, wrapper: ComputationWrapper, agent_id: int) -> Communicator:
-        raise RuntimeError("the process runtime builds its agents inside the workers")
-
-    def start_remote(
-        self,
-        tasks: Sequence[ComputationTask],
-        wrappers: Sequence[ComputationWrapper],
-        spec: RemoteAgentSpec,
-        num_agents: int,
-        control: RunControl,
-    ) -> None:
-        """Start the workers; agent ``i`` lives in worker ``i % num_workers``."""
-        spec = dataclasses.replace(spec, step_budget=control.counts_steps)
-        self.tasks, self.wrappers, self.remote_spec, self.control = list(tasks), list(wrappers), spec, control
+    def start(self, run: RunSetup) -> None:
+        """Start the workers (agent ``i`` lives in worker ``i % num_workers``), then the wrappers' training loops."""
+        c = run.control
+        spec = RemoteAgentSpec(
+            tasks=[TaskSpecs.of(t, w.config) for t, w in zip(run.tasks, run.wrappers)],
+            builder=dataclasses.replace(run.builder, helper_states={}),
+            restart_failed_agents=c.restart_failed_agents,
+            max_restarts=c.max_restarts,
+            step_budget=c.counts_steps,
+        )
+        self.tasks, self.wrappers, self.remote_spec, self.control = list(run.tasks), list(run.wrappers), spec, c
         self.specs = spec.tasks
+        # The workers build their agents with these states (and a restarted worker with the last checkpoint's).
+        self.saved_states = dict(run.builder.helper_states)
+        run.builder.helper_states.clear()
         self.stopping = False
         self.stop_event = self._make_stop_event()
-        workers = min(self.num_workers, num_agents)
+        workers = min(self.num_workers, run.num_agents)
         self._start_replicas(workers)
         for w in range(workers):
-            ids = [a for a in range(num_agents) if a % workers == w]
-            self.links.append(self._new_link(w, ids, control))
-        # Every worker is forked before any thread of the links starts: a fork copies only the forking
-        # thread, and a lock another thread held at that moment would stay locked in the worker.
+            ids = [a for a in range(run.num_agents) if a % workers == w]
+            self.links.append(self._new_link(w, ids, c))
+        # Every worker is forked before any thread of ours starts (the links', the wrappers'): a fork copies
+        # only the forking thread, and a lock another thread held at that moment would stay locked in the worker.
         for link in self.links:
             link.start(serve=False)
         for link in self.links:
             link.serve()
-        if not control.restart_failed_agents:
+        if not c.restart_failed_agents:
             with self._lock:
-                self.helper_states = {}  # every worker has its share; none will restart
+                self.saved_states = {}  # every worker has its share; none will restart
+        for wrapper in run.wrappers:
+            wrapper.start(serve_predictions=False)  # the links serve the workers' prediction rounds
 
     def _start_replicas(self, workers: int) -> None:
         """Shared blocks for the tasks whose workers predict on replicas; publish after every learning call.
@@ -812,9 +806,6 @@ class ProcessRuntime:
 
     def _new_link(self, index: int, agent_ids: list[int], control: RunControl) -> WorkerLink:
         return WorkerLink(index, agent_ids, self, control)
-
-    def start(self, slots: Sequence[AgentSlot], control: RunControl) -> None:
-        raise RuntimeError("use start_remote: the process runtime builds its agents inside the workers")
 
     def record_failure(self, agent_id: int, error: BaseException, tb: str, restarted: bool) -> None:
         assert self.control is not None
@@ -885,9 +876,3 @@ class ProcessRuntime:
                 leaked.append(f"parl-worker-{link.index} (killed)")
         self._stop_replicas()
         return leaked
-
-
-def default_num_workers() -> int:
-    """One worker per core, leaving one for the learner when there are several."""
-    cpus = os.cpu_count() or 1
-    return max(1, cpus - 1) if cpus > 2 else cpus

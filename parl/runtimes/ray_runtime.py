@@ -56,9 +56,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from parl.runtimes import process_worker
+from parl.runtimes.base import RunSetup
+from parl.runtimes.builder import AgentHelperStates
 from parl.runtimes.control import RunControl
 from parl.runtimes.episode_ledger import LEDGER_CAPACITY, EpisodeLedger
-from parl.runtimes.process_protocol import AgentHelperStates, RemoteAgentSpec
+from parl.runtimes.process_protocol import RemoteAgentSpec
 from parl.runtimes.process_worker import Worker
 from parl.runtimes.processes import ProcessRuntime, WorkerLink
 from parl.runtimes.reaper import Reaper
@@ -570,15 +572,8 @@ class RayRuntime(ProcessRuntime):
         self.learner_node: str | None = None
         """This process's Ray node (known once Ray runs)."""
 
-    def start_remote(
-        self,
-        tasks: Any,
-        wrappers: Any,
-        spec: RemoteAgentSpec,
-        num_agents: int,
-        control: RunControl,
-    ) -> None:
-        replicated = [t.name for t in spec.tasks if t.config.predict_in_workers]
+    def start(self, run: RunSetup) -> None:
+        replicated = [t.name for t, w in zip(run.tasks, run.wrappers) if w.config.predict_in_workers]
         if replicated:
             raise ValueError(
                 f"tasks {replicated} set WrapperConfig.predict_in_workers, which the Ray runtime does not offer "
@@ -596,10 +591,10 @@ class RayRuntime(ProcessRuntime):
                 self._stop_reaper()
                 raise
             self._started_ray = True
-        self._check_cpus(min(self.num_workers, num_agents))
+        self._check_cpus(min(self.num_workers, run.num_agents))
         self.acceptor = _Acceptor(self._learner_address())
         self.learner_node = str(ray.get_runtime_context().get_node_id())
-        super().start_remote(tasks, wrappers, spec, num_agents, control)
+        super().start(run)
 
     def through_client(self) -> bool:
         """Whether this process drives Ray through Ray's client (``ray://``): its node is another machine's."""

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 
 from parl.framework.communicator import Communicator, ThreadReturnQueue
 from parl.framework.computation_wrapper import ComputationWrapper
-from parl.runtimes.control import AgentSlot, RunControl, run_agent_loop
+from parl.runtimes.base import LocalRuntime
+from parl.runtimes.control import RunControl, run_agent_loop
 
 __all__ = ["ThreadRuntime"]
 
 
-class ThreadRuntime:
+class ThreadRuntime(LocalRuntime):
     """Runs each agent in its own thread; the wrappers' threads batch their requests.
 
     Simple and general (an agent may block anywhere), but every prediction
@@ -23,16 +23,18 @@ class ThreadRuntime:
     """
 
     name = "threads"
-    serves_predictions = False
 
     def __init__(self) -> None:
+        super().__init__()
         self._threads: list[threading.Thread] = []
 
     def communicator(self, wrapper: ComputationWrapper, agent_id: int) -> Communicator:
         return wrapper.create_communicator(agent_id, ThreadReturnQueue)
 
-    def start(self, slots: Sequence[AgentSlot], control: RunControl) -> None:
-        for slot in slots:
+    def launch(self, wrappers: list[ComputationWrapper], control: RunControl) -> None:
+        for wrapper in wrappers:
+            wrapper.start()
+        for slot in self.slots:
             t = threading.Thread(
                 target=run_agent_loop, args=(slot, control), name=f"parl-agent-{slot.agent_id}", daemon=True
             )

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from parl.framework.errors import CheckpointError
-from parl.framework.manager import Manager
+from parl.manager import Manager
 from parl.training.overrides import config_to_dict
 from parl.utils.atomic import atomic_write
 from parl.utils.rng_state import global_rng_states, set_global_rng_states

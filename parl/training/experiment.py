@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parl.framework.manager import Manager
+from parl.manager import Manager
 
 __all__ = ["Experiment", "EXPERIMENTS", "resolve_experiment"]
 

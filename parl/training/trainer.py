@@ -36,7 +36,7 @@ from typing import Annotated, Any
 import numpy as np
 from annotated_types import Ge, Gt
 
-from parl.framework.manager import Manager, RunReport
+from parl.manager import Manager, RunReport
 from parl.runtimes.control import RunControl
 from parl.training.checkpoint import CheckpointError, RunCheckpointer, RunCounters
 from parl.training.metrics_log import MetricLogger

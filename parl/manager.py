@@ -1,4 +1,8 @@
-"""Manager: builds tasks, wrappers and agents, runs them, reports and stops cleanly."""
+"""Manager: builds tasks, wrappers and agents, runs them on the runtime it picks, reports and stops cleanly.
+
+It sits above the runtimes (:mod:`parl.runtimes`), which sit above the framework's core
+(:mod:`parl.framework`): the core imports no runtime.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,26 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
 import gymnasium as gym
 import numpy as np
 from annotated_types import Ge, Gt
 
-from parl.envs.guarded import guard_env
 from parl.framework.agent import Agent
 from parl.framework.agent_helper import AgentHelper
 from parl.framework.algorithm import Algorithm
-from parl.framework.communicator import Communicator
 from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import BatchStats, ComputationWrapper, WrapperConfig
 from parl.framework.errors import AgentError, WrapperError
-from parl.runtimes.base import AgentRuntime
+from parl.runtimes.base import AgentRuntime, HelperStates, RunSetup
+from parl.runtimes.builder import AgentBuilder, AgentFactory, HelperSpec
 from parl.runtimes.control import AgentFailure, AgentSlot, RunControl
 from parl.runtimes.coroutines import CoroutineRuntime
 from parl.runtimes.faults import FaultConfig, FaultStats, StartMethod
-from parl.runtimes.processes import HelperStates, ProcessRuntime, RemoteAgentSpec, TaskSpecs
+from parl.runtimes.processes import ProcessRuntime
 from parl.runtimes.shared_block import sweep_stale_blocks
 from parl.runtimes.threads import ThreadRuntime
 from parl.utils.config_check import check_config
@@ -38,7 +41,6 @@ __all__ = [
     "RunReport",
     "Runtime",
     "AgentFactory",
-    "HelperFactory",
     "HelperStates",
 ]
 
@@ -56,18 +58,6 @@ class Runtime(str, enum.Enum):
     """Agents in worker processes (many per process), tasks in this process; predictions via shared memory."""
     RAY = "ray"
     """Agents in Ray actors (many per actor, on any node of a cluster), tasks in this process."""
-
-
-class HelperFactory(Protocol):
-    """Builds one agent's helper for a task: ``helper_class(name, comm, config)`` fits."""
-
-    def __call__(self, name: str, comm: Communicator) -> AgentHelper: ...
-
-
-class AgentFactory(Protocol):
-    """Builds one agent: an :class:`Agent` subclass itself fits."""
-
-    def __call__(self, agent_id: int, env: gym.Env | None, helpers: Mapping[str, AgentHelper]) -> Agent: ...
 
 
 @dataclass
@@ -257,7 +247,6 @@ class Manager:
             self.tasks[tc.name] = task
         self.runtime: AgentRuntime | None = None
         self.control: RunControl | None = None
-        self.slots: list[AgentSlot] = []
         self.pending_helper_states: dict[int, dict[str, dict[str, Any]]] = {}
         """Helper states to load into agents as they are built (set when a run resumes from a checkpoint)."""
         self.start_counters: tuple[int, int] = (0, 0)
@@ -269,72 +258,31 @@ class Manager:
 
     # ------------------------------------------------------------- building
     def _make_runtime(self) -> AgentRuntime:
-        if self.config.runtime == Runtime.THREADS:
+        c = self.config
+        if c.runtime == Runtime.THREADS:
             return ThreadRuntime()
-        if self.config.runtime == Runtime.PROCESSES:
-            return ProcessRuntime(self.config.num_workers, self.config.start_method)  # type: ignore[return-value]
-        if self.config.runtime == Runtime.RAY:
+        if c.runtime == Runtime.PROCESSES:
+            return ProcessRuntime(c.num_workers, c.start_method)
+        if c.runtime == Runtime.RAY:
             from parl.runtimes.ray_runtime import RayRuntime  # Ray is optional: imported only when used
 
-            c = self.config
-            return RayRuntime(c.num_workers, c.ray_address, c.ray_cpus_per_worker, c.ray_learner_host)  # type: ignore[return-value]
-        return CoroutineRuntime(self.config.num_threads)
+            return RayRuntime(c.num_workers, c.ray_address, c.ray_cpus_per_worker, c.ray_learner_host)
+        return CoroutineRuntime(c.num_threads)
 
-    def _build_agent(self, agent_id: int, runtime: AgentRuntime) -> Agent:
-        helpers: dict[str, AgentHelper] = {}
-        for tc in self.task_configs:
-            comm = runtime.communicator(self.wrappers[tc.name], agent_id)
-            if tc.helper_config is None:
-                helpers[tc.name] = tc.helper(tc.name, comm)
-            else:
-                helpers[tc.name] = tc.helper(tc.name, comm, tc.helper_config)
-        for name, state in self.pending_helper_states.pop(agent_id, {}).items():
-            if name in helpers and state:
-                helpers[name].set_state_dict(state)
-        on_fault = self.control.record_fault if self.control is not None else None
-        env = guard_env(self.make_env, agent_id, self.config.faults, on_fault)
-        agent = self.agent_factory(agent_id, env, helpers)
-        if not isinstance(agent, Agent):
-            raise TypeError(f"the agent factory must return a parl.Agent, got {type(agent).__name__}")
-        if agent.seed is None:
-            agent.seed = self.config.seed + agent_id
-        return agent
+    def _builder(self) -> AgentBuilder:
+        return AgentBuilder(
+            helpers=[HelperSpec(tc.name, tc.helper, tc.helper_config) for tc in self.task_configs],
+            agent_factory=self.agent_factory,
+            make_env=self.make_env,
+            faults=self.config.faults,
+            seed=self.config.seed,
+            helper_states=self.pending_helper_states,  # popped as agents are built
+        )
 
-    def _start_agents(self, runtime: AgentRuntime, control: RunControl) -> None:
-        c = self.config
-        if isinstance(runtime, ProcessRuntime):
-            # The workers build their agents with these states (and a restarted worker with the last checkpoint's).
-            runtime.helper_states, self.pending_helper_states = self.pending_helper_states, {}
-            # Workers start before any thread of ours, so a forked worker inherits no lock mid-use.
-            spec = RemoteAgentSpec(
-                tasks=[TaskSpecs.of(self.tasks[tc.name], tc.wrapper) for tc in self.task_configs],
-                helpers=[(tc.helper, tc.helper_config) for tc in self.task_configs],
-                agent_factory=self.agent_factory,
-                make_env=self.make_env,
-                faults=c.faults,
-                seed=c.seed,
-                restart_failed_agents=c.restart_failed_agents,
-                max_restarts=c.max_restarts,
-            )
-            runtime.start_remote(
-                [self.tasks[tc.name] for tc in self.task_configs],
-                [self.wrappers[tc.name] for tc in self.task_configs],
-                spec,
-                c.num_agents,
-                control,
-            )
-            for w in self.wrappers.values():
-                w.start()
-        else:
-            self.slots = [
-                AgentSlot(i, lambda i=i: self._build_agent(i, runtime))  # type: ignore[misc]
-                for i in range(c.num_agents)
-            ]
-            for slot in self.slots:
-                slot.get()
-            for w in self.wrappers.values():
-                w.start()
-            runtime.start(self.slots, control)
+    @property
+    def slots(self) -> list[AgentSlot]:
+        """The agents of the current (or last) run that live in this process (threads, coroutines runtimes)."""
+        return self.runtime.slots if self.runtime is not None else []
 
     # ---------------------------------------------------------- checkpoints
     def collect_helper_states(self, timeout: float | None = None) -> HelperStates:
@@ -350,19 +298,11 @@ class Manager:
             HelperStateError: a running worker did not answer within ``timeout``
                 (default ``ManagerConfig.helper_state_timeout_s``) or its helpers' ``state_dict`` failed.
         """
-        runtime = self.runtime
-        if isinstance(runtime, ProcessRuntime) and runtime.links:
-            result = runtime.collect_helper_states(
-                timeout if timeout is not None else self.config.helper_state_timeout_s
-            )
+        if self.runtime is None:
+            result = HelperStates()
         else:
-            result = HelperStates(
-                {
-                    slot.agent_id: {name: helper.state_dict() for name, helper in slot.agent.helpers.items()}
-                    for slot in self.slots
-                    if slot.agent is not None
-                }
-            )
+            wait = timeout if timeout is not None else self.config.helper_state_timeout_s
+            result = self.runtime.helper_states(wait)
         for agent_id, state in self.pending_helper_states.items():  # restored, not built yet: unchanged
             result.states.setdefault(agent_id, state)
         reasons: dict[str, list[int]] = {}
@@ -375,8 +315,8 @@ class Manager:
     def helper_states_saved(self, states: HelperStates) -> None:
         """Called once a checkpoint holding ``states`` is written: a worker that dies and is restarted later
         in this run builds its agents with these states (processes and ray runtimes, ``restart_failed_agents``)."""
-        if isinstance(self.runtime, ProcessRuntime):
-            self.runtime.remember_helper_states(states.states)
+        if self.runtime is not None:
+            self.runtime.checkpoint_saved(states.states)
 
     # -------------------------------------------------------------- running
     def run(self, stop_when: Callable[[RunControl], bool] | None = None) -> RunReport:
@@ -406,10 +346,16 @@ class Manager:
         start = time.monotonic()
         try:
             for tc in self.task_configs:
-                wrapper = ComputationWrapper(self.tasks[tc.name], tc.wrapper)
-                wrapper.serve_predictions_in_thread = not runtime.serves_predictions
-                self.wrappers[tc.name] = wrapper
-            self._start_agents(runtime, control)
+                self.wrappers[tc.name] = ComputationWrapper(self.tasks[tc.name], tc.wrapper)
+            runtime.start(
+                RunSetup(
+                    tasks=[self.tasks[tc.name] for tc in self.task_configs],
+                    wrappers=[self.wrappers[tc.name] for tc in self.task_configs],
+                    builder=self._builder(),
+                    num_agents=c.num_agents,
+                    control=control,
+                )
+            )
             while runtime.alive():
                 if control.wait(c.poll_s):
                     break
