@@ -260,6 +260,33 @@ def test_training_each_agent_gets_exactly_its_rows_and_batches_respect_limits(ru
     assert stats.mean_batch >= 8
 
 
+class SeveralRowsAgent(StepAgent):
+    """Agent 0 also asks, at every step, for three rows in one request (scoring candidate observations)."""
+
+    def run_one_episode(self) -> float:
+        if self.agent_id == 0:
+            comm = self.helpers["RL"].comm
+            rows = np.array([[self.episodes, 0.0], [self.episodes, 1.0], [self.episodes, 2.0]], np.float32)
+            comm.put_prediction_data({"obs": rows}, {}, True)
+            answer = comm.unwrap(comm.get_prediction_return())
+            if not np.array_equal(answer.actions["action"], expected_action(rows)):
+                raise AssertionError(f"rows {rows.tolist()} got {answer.actions['action']}")
+        return super().run_one_episode()
+
+
+@pytest.mark.parametrize("runtime", ["coroutines", "processes"])
+def test_a_request_of_more_rows_than_its_worker_has_agents_is_answered(runtime: str) -> None:
+    # Before, on processes: "3 samples exceed the shared buffer of 2" failed the round of every agent in it.
+    manager = parl.Manager(
+        [echo_task_config()],
+        SeveralRowsAgent,
+        lambda i: CounterEnv(tag=i, length=2),
+        parl.ManagerConfig(num_agents=4, runtime=runtime, num_workers=2, max_episodes=40, max_seconds=60),
+    )
+    report = manager.run()
+    assert report.episodes >= 40 and len(report.returns[0]) > 0
+
+
 def _direct_wrapper(config: parl.WrapperConfig, algo: EchoAlgorithm | None = None) -> parl.ComputationWrapper:
     task = parl.ComputationTask("RL", algo if algo is not None else EchoAlgorithm())
     return parl.ComputationWrapper(task, config)
@@ -371,7 +398,8 @@ def test_a_multi_task_agent_joins_the_batch_of_its_next_task_in_the_same_round(l
     report = build_manager(num_agents=16, max_steps=2_000, runtime="coroutines", learning=learning).run()
     rl = report.prediction_stats["RL"]
     assert rl.samples >= 2_000
-    # Episode starts and the run's end cut a few rounds short; every other round holds all 16 agents.
-    assert rl.mean_batch >= 15.0, rl.histogram
+    # Off: the run's end cuts the last rounds short; every other round holds all 16 agents. On: an agent
+    # whose learning request waits for the next learning call misses a round (the issue's bar, 26 of 32).
+    assert rl.mean_batch >= (13.0 if learning else 15.5), rl.histogram
     if learning:
         assert all(report.training_stats[name].calls > 0 for name in ("goal", "RL", "aux"))

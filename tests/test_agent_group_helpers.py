@@ -220,6 +220,60 @@ def test_replay_helper_agent_trigger_learns_only_when_asked(live_wrapper) -> Non
     np.testing.assert_array_equal(result.per_sample["obs_echo"], algo.batches[0]["obs"])
 
 
+@pytest.fixture
+def wrapper(live_wrapper: tuple[parl.ComputationWrapper, RecordingAlgorithm]) -> parl.ComputationWrapper:
+    """The running wrapper of ``live_wrapper`` alone."""
+    return live_wrapper[0]
+
+
+def _play(helper: parl.ExpReplayHelper, episodes: int, length: int) -> None:
+    """Play ``episodes`` whole episodes through ``helper.act`` and ``store_step`` (the one-row path)."""
+    env = CounterEnv(length=length)
+    for _ in range(episodes):
+        helper.start_episode()
+        obs, _ = env.reset()
+        while True:
+            obs, reward, terminated, truncated, _ = env.step(helper.act(obs))
+            helper.store_step(float(reward))
+            if terminated or truncated:
+                helper.store_final({"obs": obs}, terminated)
+                break
+
+
+def test_learning_starts_above_the_capacity_counts_stored_transitions(wrapper: parl.ComputationWrapper) -> None:
+    config = parl.ExpReplayConfig(capacity=50, batch_size=4, learning_starts=100, learn_every=1)
+    helper = parl.ExpReplayHelper("RL", wrapper.create_communicator(0), config)
+    _play(helper, episodes=4, length=20)  # 80 transitions: fewer than learning_starts
+    assert helper.buffer.added == 80 and len(helper.buffer) == 50
+    assert helper.learn_calls == 0
+    _play(helper, episodes=16, length=20)  # 400 in all
+    assert helper.buffer.added == 400 and len(helper.buffer) == 50
+    # One request per transition from the 100th on (learn_every=1). Before the fix the buffer's length (at most
+    # the capacity, 50) was compared with learning_starts: this assertion failed with 0 learn calls.
+    assert helper.learn_calls == 400 - 100 + 1
+
+
+def test_learning_starts_counts_a_restored_buffer_and_a_huge_value_still_switches_learning_off(
+    wrapper: parl.ComputationWrapper,
+) -> None:
+    off = parl.ExpReplayHelper(
+        "RL",
+        wrapper.create_communicator(0),
+        parl.ExpReplayConfig(capacity=20, batch_size=4, learning_starts=10**6, learn_every=1),
+    )
+    _play(off, episodes=5, length=20)
+    assert off.learn_calls == 0 and off.learn() is None
+    # A restored buffer brings its count of stored transitions: learning goes on past learning_starts at once.
+    resumed = parl.ExpReplayHelper(
+        "RL",
+        wrapper.create_communicator(1),
+        parl.ExpReplayConfig(capacity=20, batch_size=4, learning_starts=60, learn_every=1),
+    )
+    resumed.set_state_dict(off.state_dict())
+    assert resumed.buffer.added == 100 and len(resumed.buffer) == 20
+    assert resumed.learn() is not None  # before the fix: None (20 rows kept < 60)
+
+
 # ------------------------------------------------------------------ extras: PPO's behaviour log-prob
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -157,6 +158,54 @@ def test_run_without_budget_or_condition_is_refused() -> None:
         manager.run()
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_steps", 0),
+        ("max_steps", -10),
+        ("max_steps", 10.5),
+        ("max_steps", "100"),
+        ("max_episodes", 0),
+        ("max_seconds", 0),
+        ("max_seconds", -1.0),
+        ("poll_s", 0),
+        ("stop_timeout_s", -1.0),
+        ("max_restarts", -1),
+        ("num_workers", 0),
+    ],
+)
+def test_manager_config_refuses_budgets_and_intervals_that_mean_nothing(field: str, value: Any) -> None:
+    with pytest.raises(parl.ConfigError, match=rf"ManagerConfig\.{field}: got .*; expected"):
+        parl.ManagerConfig(num_agents=1, **{field: value})
+
+
+def test_manager_config_takes_the_budgets_it_documents() -> None:
+    config = parl.ManagerConfig(num_agents=1, max_steps=1, max_episodes=5, max_seconds=0.5, max_restarts=0)
+    assert (config.max_steps, config.max_episodes, config.max_seconds, config.max_restarts) == (1, 5, 0.5, 0)
+    # numpy's numbers too (a budget computed with numpy).
+    parl.ManagerConfig(num_agents=1, max_episodes=np.int64(100), max_seconds=np.float32(5.0), poll_s=np.float64(0.1))
+
+
+def test_mean_return_refuses_a_count_of_no_episodes() -> None:
+    report = parl.RunReport(
+        episodes=3,
+        steps=3,
+        seconds=1.0,
+        returns={0: [1.0, 2.0, 3.0]},
+        lengths={0: [1, 1, 1]},
+        prediction_stats={},
+        training_stats={},
+        last_metrics={},
+        failures=[],
+        restarts=0,
+    )
+    assert report.mean_return() == 2.0 and report.mean_return(last=1) == 3.0
+    for last in (0, -1):
+        # Before: last=0 averaged every episode (v[-0:]) and last=-1 all but the first.
+        with pytest.raises(ValueError, match="int >= 1"):
+            report.mean_return(last=last)
+
+
 # ------------------------------------------------------------------ stop() within 2 s, no thread left
 
 
@@ -190,6 +239,41 @@ def test_stop_returns_within_two_seconds_even_with_a_slow_task(runtime: str) -> 
     assert not runner.is_alive() and reports
     assert reports[0].prediction_stats["RL"].calls > 0
     assert threads_started_since(before, grace_s=5.0) == []
+
+
+class LockedHangEnv(CounterEnv):
+    """Agent 0's env hangs (15 s) on its 12th step, holding a lock that its close waits for, as a
+    simulator binding's close waits for the call in progress."""
+
+    def __init__(self, tag: float, hang: bool) -> None:
+        super().__init__(tag=tag, length=5)
+        self.hang, self.lock, self.steps = hang, threading.Lock(), 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.hang and self.steps == 12:
+            with self.lock:
+                time.sleep(15)
+        return super().step(action)
+
+    def close(self) -> None:
+        with self.lock:
+            pass
+
+
+@pytest.mark.parametrize("runtime", ["threads", "coroutines"])
+def test_a_stop_returns_in_time_though_an_env_close_waits_for_a_hung_step(runtime: str) -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        parl.GymAgent,
+        lambda i: LockedHangEnv(i, hang=i == 0),
+        parl.ManagerConfig(num_agents=2, runtime=runtime, max_seconds=1.0, stop_timeout_s=1.0),
+    )
+    start = time.monotonic()
+    report = manager.run()
+    # Before: 15 s, the main thread waiting in agent 0's env.close for the hung step.
+    assert time.monotonic() - start < 5.0
+    assert "parl-close-agents (closing agent 0)" in report.leaked_threads
 
 
 # ------------------------------------------------------------------ restarts are counted and logged

@@ -129,6 +129,35 @@ def test_factory_argument_errors() -> None:
         create_algorithm_func(TinyQ, {}, Regression(TinyQ()), {})  # type: ignore[arg-type]
 
 
+def test_a_factory_returning_the_same_model_is_refused_with_a_clear_error() -> None:
+    model = TinyQ()
+    # Before the fix no error was raised: the target network was the online model, its parameters were frozen
+    # (stop_gradient) and learning changed nothing.
+    with pytest.raises(TypeError, match="must build a new model on each call; it returned the same object"):
+        parl.DQN(lambda: model, parl.DQNConfig(seed=0))
+    assert all(not p.stop_gradient for p in model.parameters())  # the refused DQN froze nothing
+
+
+def test_a_factory_returning_an_earlier_result_is_refused_and_a_fresh_factory_still_works() -> None:
+    built: list[TinyQ] = []
+
+    def first_twice() -> TinyQ:  # fresh, fresh, then the first again
+        built.append(TinyQ() if len(built) < 2 else built[0])
+        return built[-1]
+
+    algo = Regression(first_twice)
+    algo.create_reference_model("a")
+    with pytest.raises(TypeError, match="same object"):
+        algo.create_model()
+
+    dqn = parl.DQN(lambda: TinyQ(), parl.DQNConfig(seed=0))
+    assert dqn.target_model is not dqn.model
+    task = parl.ComputationTask("RL", dqn)
+    before = [p.numpy().copy() for p in dqn.model.parameters()]
+    task.learn(make_batch(np.random.default_rng(0), 32))
+    assert any(not np.array_equal(a, p.numpy()) for a, p in zip(before, dqn.model.parameters()))
+
+
 def test_task_rejects_what_is_not_an_algorithm() -> None:
     with pytest.raises(TypeError, match="task 'RL': the algorithm factory returned TinyQ, not an Algorithm"):
         ComputationTask("RL", algorithm=lambda: TinyQ())  # type: ignore[arg-type,return-value]

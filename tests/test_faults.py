@@ -18,6 +18,7 @@ from test_agent_group_fakes import CounterEnv, EchoAlgorithm, StepAgent, echo_ta
 
 import parl
 from parl.envs.chaos import ChaosConfig, ChaosEnv, InjectedFault, read_fault_log, read_fault_records
+from parl.runtimes.faults import FaultConfig
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -316,6 +317,35 @@ def test_an_env_whose_reset_raises_once_is_rebuilt_and_its_episode_cut(runtime: 
     for obs, nxt in algo.pairs:
         assert nxt[0] == obs[0] and nxt[1] == obs[1] + 1
     assert mp.active_children() == []
+
+
+class HangingResetEnv(CounterEnv):
+    def __init__(self, tag: float) -> None:
+        super().__init__(tag=tag, length=3)
+        self.resets_done = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.resets_done += 1
+        if self.tag == 0 and self.resets_done == 3:
+            time.sleep(8)
+        return super().reset(seed=seed, options=options)
+
+
+def test_a_reset_deadline_set_alone_guards_the_envs() -> None:
+    faults = FaultConfig(reset_timeout_s=0.5)
+    assert faults.enabled and faults.isolated
+    manager = parl.Manager(
+        [echo_task_config()],
+        parl.GymAgent,
+        lambda i: HangingResetEnv(tag=i),
+        parl.ManagerConfig(num_agents=2, runtime="threads", max_seconds=20.0, stop_timeout_s=1.0, faults=faults),
+    )
+    start = time.monotonic()
+    # Before: no guard at all (only max_consecutive_faults or step_timeout_s turned it on): the reset hung
+    # its agent for 8 s. Now the hang is cut at 0.5 s, and, with no fault allowed in a row, fails the agent.
+    with pytest.raises(parl.AgentError, match="reset hung: no answer within 0.5 s") as info:
+        manager.run()
+    assert info.value.agent_id == 0 and time.monotonic() - start < 5.0
 
 
 # ------------------------------------------------------------------ chaos

@@ -1,7 +1,7 @@
 """Mistakes named at the first step that are not a bad call (those are the table of tests/test_bad_input.py):
 the warnings of an agent that never records its steps or never calls ``learn()`` (once per agent and task,
-none for a correct agent), the agent that spins through empty episodes under a step budget, and old gym
-envs given raw."""
+none for a correct agent), the agent that spins through empty episodes under a step budget, an agent factory
+that builds no agent, and old gym envs given raw."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import parl
 from examples.cartpole_dqn.model import CartPoleQModel
 from parl.utils.evaluation import evaluate_greedy
-from tests.test_agent_group_fakes import EchoAlgorithm, echo_task_config
+from tests.test_agent_group_fakes import CounterEnv, EchoAlgorithm, echo_task_config
 from tests.test_bad_input import FlagEnv, KwargsDuckEnv, OldGymEnv
 
 pytestmark = pytest.mark.timeout(60)
@@ -146,6 +146,30 @@ def test_empty_episodes_are_no_error_without_a_step_budget() -> None:
     config = parl.ManagerConfig(num_agents=1, runtime="coroutines", max_episodes=1_500)
     report = parl.Manager([echo_task_config()], Spins, lambda i: FlagEnv(), config).run()
     assert report.episodes >= 1_500 and report.steps == 0
+
+
+# ------------------------------------------------------------------- an agent factory that builds no agent
+class NotAnAgent:
+    def __init__(self, agent_id: int, env: Any, helpers: Any) -> None:
+        self.agent_id = agent_id
+
+
+@pytest.mark.parametrize("runtime", ["coroutines", "processes"])
+def test_a_factory_that_builds_no_agent_is_named_on_every_runtime(runtime: str) -> None:
+    # Before, on processes: AttributeError: 'NotAnAgent' object has no attribute 'seed'.
+    manager = parl.Manager(
+        [echo_task_config()],
+        NotAnAgent,  # type: ignore[arg-type]
+        lambda i: CounterEnv(tag=i),
+        parl.ManagerConfig(num_agents=2, runtime=runtime, num_workers=1, max_seconds=30),
+    )
+    # In the learner's runtimes the agents are built before the run starts: the TypeError itself; in a
+    # worker, the agent's failure carries it.
+    with pytest.raises((TypeError, parl.AgentError)) as info:
+        manager.run()
+    error = info.value.original if isinstance(info.value, parl.AgentError) else info.value
+    assert isinstance(error, TypeError)
+    assert "the agent factory must return a parl.Agent, got NotAnAgent" in str(error)
 
 
 # ------------------------------------------------------------------------------ old gym envs, raw

@@ -1,4 +1,4 @@
-"""GymAgent: its episode counters on the direct loop and through env_step, and after a stop."""
+"""GymAgent: its episode counters on the direct loop and through env_step, and after a stop; the task it plays."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from test_agent_group_fakes import EchoAlgorithm, echo_task_config
+from test_agent_group_fakes import CounterEnv, EchoAlgorithm, echo_task_config
 
 import parl
 
@@ -149,3 +149,22 @@ def test_the_step_budget_holds_exactly(runtime: str) -> None:
     )
     report = manager.run()
     assert report.steps == 50 == sum(s.agent.total_steps for s in manager.slots)  # type: ignore[union-attr]
+
+
+def test_gym_agent_plays_the_only_task_whatever_its_name_and_names_the_tasks_otherwise() -> None:
+    manager = parl.Manager(
+        [echo_task_config(name="policy")],
+        parl.GymAgent,
+        lambda i: CounterEnv(tag=i, length=3),
+        parl.ManagerConfig(num_agents=2, max_episodes=10, max_seconds=30),
+    )
+    # Before: KeyError('RL').
+    assert manager.run().episodes >= 10
+    two = parl.Manager(
+        [echo_task_config(name="a"), echo_task_config(name="b")],
+        parl.GymAgent,
+        lambda i: CounterEnv(tag=i, length=3),
+        parl.ManagerConfig(num_agents=1, max_episodes=2, max_seconds=30),
+    )
+    with pytest.raises(ValueError, match=r"task_name \('RL'\).*\['a', 'b'\]"):
+        two.run()

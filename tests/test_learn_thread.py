@@ -1,4 +1,5 @@
-"""LearnTrigger.THREAD: a background thread of the helper learns; the agent never waits for it."""
+"""LearnTrigger.THREAD: a background thread of the helper learns; the agent never waits for it, and a thread
+still learning at the stop is reported."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 import parl
 from examples.cartpole_dqn.model import CartPoleQModel
-from tests.test_agent_group_fakes import EchoAlgorithm
+from tests.test_agent_group_fakes import CounterEnv, EchoAlgorithm, echo_task_config
 
 
 def _manager(runtime: str, trigger: parl.LearnTrigger, max_steps: int = 3_000) -> parl.Manager:
@@ -101,3 +102,28 @@ def test_a_failed_learner_thread_fails_every_later_store() -> None:
     finally:
         helper.close()
         wrapper.stop()
+
+
+@pytest.mark.parametrize("runtime", ["coroutines"])
+def test_a_helper_learner_thread_still_learning_at_the_stop_is_reported(runtime: str) -> None:
+    # Every learning call takes 6 s, made on the helpers' own learner threads (learn_on_caller).
+    config = parl.ExpReplayConfig(
+        learning_starts=8, learn_every=4, batch_size=8, learn_trigger=parl.LearnTrigger.THREAD
+    )
+    task = echo_task_config(
+        EchoAlgorithm(learn_sleep=6.0),
+        parl.ExpReplayHelper,
+        config,
+        parl.WrapperConfig(learn_on_caller=True, min_train_batch_size=8),
+    )
+    manager = parl.Manager(
+        [task],
+        parl.GymAgent,
+        lambda i: CounterEnv(tag=i, length=5),
+        parl.ManagerConfig(num_agents=2, runtime=runtime, max_seconds=1.0, stop_timeout_s=1.0),
+    )
+    start = time.monotonic()
+    report = manager.run()
+    assert time.monotonic() - start < 5.0
+    # Before: the learner threads outlived the stop without a word (and each added 2 s to it).
+    assert any(name.startswith("parl-learner-RL-") for name in report.leaked_threads), report.leaked_threads

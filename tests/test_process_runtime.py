@@ -14,11 +14,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from fault_helpers import WorkerKiller
+from test_agent_group_fakes import CounterEnv, StepAgent, echo_task_config
 
 import parl
 from examples.cartpole_dqn.model import CartPoleQModel
 from parl.agents import GymAgent
-from parl.runtimes.processes import ProcessRuntime
+from parl.runtimes.processes import ProcessRuntime, WorkerLink
 
 
 def _dqn_task(helper: type = parl.ExpReplayHelper, helper_config: object = None) -> parl.TaskConfig:
@@ -62,6 +63,26 @@ def test_process_runtime_runs_predicts_and_learns() -> None:
     assert np.isfinite(report.last_metrics["RL"]["loss"])
     assert _no_children_left()
     assert _no_new_thread_left(threads_before), set(threading.enumerate()) - threads_before
+
+
+def test_every_worker_is_forked_before_any_link_thread_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = WorkerLink._start_process
+    at_fork: list[list[str]] = []
+
+    def recording(self: WorkerLink, *args: Any) -> Any:
+        at_fork.append(sorted(t.name for t in threading.enumerate() if t.name.startswith("parl-link")))
+        return real(self, *args)
+
+    monkeypatch.setattr(WorkerLink, "_start_process", recording)
+    manager = parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        lambda i: CounterEnv(tag=i, length=2),
+        parl.ManagerConfig(num_agents=3, runtime="processes", num_workers=3, max_episodes=12, max_seconds=60),
+    )
+    assert manager.run().episodes >= 12
+    # Before: the second and third forks came after link 0's (and 1's) threads had started.
+    assert at_fork == [[], [], []]
 
 
 class _RecordingGreedy(parl.Algorithm):
@@ -177,6 +198,71 @@ def test_killed_worker_is_restarted_and_run_completes() -> None:
     assert any("worker process 1" in str(f.error) for f in report.failures)
     assert isinstance(m.runtime, ProcessRuntime) and m.runtime.worker_restarts == 1
     assert _no_children_left()
+
+
+def _killed_while_its_round_is_predicted(
+    monkeypatch: pytest.MonkeyPatch, restart: bool
+) -> tuple[parl.Manager, dict[str, Any]]:
+    """Two workers; worker 0 is killed while the learner predicts its round, a forward made slow (1.5 s),
+    and worker 1 completes the run's budget meanwhile: the death is noticed before the stop is
+    requested, and judged only once the prediction thread has ended."""
+    budget = 400
+    in_predict = threading.Event()
+    real = WorkerLink._predict
+    manager: parl.Manager
+
+    def slow(self: WorkerLink, request: bytes, buffers: Any) -> bytes:
+        assert manager.control is not None
+        if self.index == 0 and manager.control.episodes >= budget // 2 and not in_predict.is_set():
+            in_predict.set()
+            time.sleep(1.5)
+        return real(self, request, buffers)
+
+    monkeypatch.setattr(WorkerLink, "_predict", slow)
+    manager = parl.Manager(
+        [echo_task_config()],
+        StepAgent,
+        lambda i: CounterEnv(tag=i, length=2),
+        parl.ManagerConfig(
+            num_agents=2,
+            runtime="processes",
+            num_workers=2,
+            max_episodes=budget,
+            max_seconds=60,
+            restart_failed_agents=restart,
+        ),
+    )
+    seen: dict[str, Any] = {}
+
+    def kill() -> None:
+        if not in_predict.wait(60):
+            return
+        assert manager.control is not None and manager.runtime is not None
+        seen["stop_requested_at_kill"] = manager.control.stop_requested
+        os.kill(manager.runtime.links[0].process.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+
+    threading.Thread(target=kill, daemon=True).start()
+    return manager, seen
+
+
+def test_a_worker_that_died_before_the_stop_is_restarted_though_the_stop_came_before_its_judgement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    manager, seen = _killed_while_its_round_is_predicted(monkeypatch, restart=True)
+    report = manager.run()
+    assert seen["stop_requested_at_kill"] is False
+    # Before: the death was judged once the stop had begun: not counted, not restarted, not a failure.
+    assert report.faults.workers_lost == 1 and report.faults.episodes_lost == 1
+    assert report.restarts == 1
+
+
+def test_a_worker_that_died_before_the_stop_fails_a_run_without_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    manager, seen = _killed_while_its_round_is_predicted(monkeypatch, restart=False)
+    # Before: the run ended as a completed one.
+    with pytest.raises(parl.AgentError, match="worker process 0 .* died"):
+        manager.run()
+    assert seen["stop_requested_at_kill"] is False
+    assert manager.control is not None and manager.control.faults.workers_lost == 1
 
 
 def _slow_restarts(monkeypatch: pytest.MonkeyPatch, link_class: type, delay_s: float) -> list[float]:

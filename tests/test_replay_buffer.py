@@ -7,11 +7,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import parl
 from parl import FieldSpec, ReplayBuffer, SpecError, TrainingBatch
+from parl.data.prioritized_replay import PrioritizedReplayBuffer
 
 OBS = [FieldSpec("obs", (2,), "float32")]
 ACT = [FieldSpec("action", (), "int64")]
 REW = [FieldSpec("reward", (), "float32")]
+# The 4-wide inputs of the restore checks (their saved states hold 4 floats per observation).
+OBS4 = [FieldSpec("obs", (4,), "float32")]
 
 
 def _rows(start: int, n: int) -> TrainingBatch:
@@ -115,6 +119,76 @@ def test_restoring_into_a_smaller_buffer_raises() -> None:
     buf.add(_rows(0, 8))
     with pytest.raises(ValueError, match="saved buffer holds 8 rows, capacity is 4"):
         ReplayBuffer(4, OBS, ACT, REW).set_state_dict(buf.state_dict())
+
+
+def _saved_state(n: int = 5) -> dict:
+    src = parl.ReplayBuffer(10, OBS4, ACT, REW)
+    src.add(
+        parl.TrainingBatch(
+            inputs={"obs": np.ones((n, 4), np.float32)},
+            actions={"action": np.arange(n)},
+            rewards={"reward": np.ones(n, np.float32)},
+            next_inputs={"obs": np.ones((n, 4), np.float32)},
+            terminal=np.zeros(n, bool),
+        )
+    )
+    return src.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        # Before the fix: restored silently, the 'mask' rows all zeros.
+        (OBS4 + [FieldSpec("mask", (2,), "float32")], r"saved inputs lack this buffer's field\(s\) \['mask'\]"),
+        # Before the fix: numpy's broadcast error, naming neither buffer nor field.
+        ([FieldSpec("obs", (3,), "float32")], r"inputs field 'obs': expected 5 saved rows of per-row shape \(3,\)"),
+        # Before the fix: a bare KeyError('observation').
+        ([FieldSpec("observation", (4,), "float32")], r"saved inputs have field\(s\) \['obs'\] that this buffer"),
+        # Before the fix: float rows written into an int field without a word.
+        ([FieldSpec("obs", (4,), "int64")], r"inputs field 'obs': expected dtype int64 .*got float32"),
+    ],
+)
+def test_a_restore_into_other_specs_is_refused_before_anything_is_written(
+    inputs: list[FieldSpec], message: str
+) -> None:
+    buf = parl.ReplayBuffer(10, inputs, ACT, REW, name="RL/agent0")
+    with pytest.raises(ValueError, match=message) as info:
+        buf.set_state_dict(_saved_state())
+    assert "replay buffer 'RL/agent0'" in str(info.value)
+    assert len(buf) == 0 and buf.added == 0
+
+
+def test_a_restore_with_wrong_rows_or_groups_is_refused() -> None:
+    state = _saved_state()
+    buf = parl.ReplayBuffer(10, OBS4, ACT, REW)
+    short = {**state, "data": {**state["data"], "actions": {"action": np.arange(3)}}}
+    with pytest.raises(ValueError, match=r"actions field 'action': expected 5 saved rows"):
+        buf.set_state_dict(short)
+    no_group = {**state, "data": {g: d for g, d in state["data"].items() if g != "extras"}}
+    with pytest.raises(ValueError, match="expected 'data' with the groups"):
+        buf.set_state_dict(no_group)
+    with pytest.raises(ValueError, match=r"'terminal': expected 5 saved rows"):
+        buf.set_state_dict({**state, "terminal": np.zeros(4, bool)})
+    assert len(buf) == 0
+    buf.set_state_dict(state)  # the state itself restores
+    assert len(buf) == 5 and buf.gather(np.arange(5)).actions["action"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_uniform_state_into_a_prioritized_buffer_is_refused_before_rows_are_written() -> None:
+    buf = PrioritizedReplayBuffer(10, OBS4, ACT, REW, name="RL/agent0")
+    # Before the fix: KeyError('priorities') after the rows were written (len 5, a half-restored buffer).
+    with pytest.raises(ValueError, match=r"has no \['priorities', 'max_priority'\].*not saved by a Prioritized"):
+        buf.set_state_dict(_saved_state())
+    assert len(buf) == 0 and buf.added == 0
+    # A prioritized state with other specs is refused the same way, before its priorities are looked at.
+    other = PrioritizedReplayBuffer(10, [FieldSpec("obs", (3,), "float32")], ACT, REW)
+    good = PrioritizedReplayBuffer(10, OBS4, ACT, REW)
+    good.set_state_dict({**_saved_state(), "priorities": np.ones(5), "max_priority": 1.0})
+    with pytest.raises(ValueError, match="inputs field 'obs'"):
+        other.set_state_dict(good.state_dict())
+    with pytest.raises(ValueError, match="'priorities' with one value per saved row"):
+        good.set_state_dict({**good.state_dict(), "priorities": np.ones(4)})
+    assert len(other) == 0 and len(good) == 5
 
 
 def test_recurrent_states_and_extras_are_stored() -> None:

@@ -17,6 +17,7 @@ from tests.test_agent_group_fakes import (
     ActAgent,
     CounterEnv,
     EchoAlgorithm,
+    StepAgent,
     counter_envs,
     echo_task_config,
     wait_until,
@@ -198,6 +199,29 @@ def test_a_keyboard_interrupt_the_agent_raises_itself_is_its_failure(runtime: st
     with pytest.raises(parl.AgentError) as info:
         manager.run()
     assert info.value.agent_id == 1 and isinstance(info.value.original, KeyboardInterrupt)
+
+
+class GreenletExitAgent(StepAgent):
+    def run_one_episode(self) -> float:
+        if self.agent_id == 1 and self.episodes == 1:
+            import greenlet
+
+            raise greenlet.GreenletExit("raised by the agent's own code")
+        return super().run_one_episode()
+
+
+@pytest.mark.parametrize("runtime", ["threads", "coroutines"])
+def test_an_agent_that_raises_greenlet_exit_fails_the_run(runtime: str) -> None:
+    manager = parl.Manager(
+        [echo_task_config()],
+        GreenletExitAgent,
+        lambda i: CounterEnv(tag=i, length=3),
+        parl.ManagerConfig(num_agents=2, runtime=runtime, max_seconds=30, max_episodes=200),
+    )
+    # Before: the agent ended silently and the run completed without it.
+    with pytest.raises(parl.AgentError) as info:
+        manager.run()
+    assert info.value.agent_id == 1 and type(info.value.original).__name__ == "GreenletExit"
 
 
 class _NaNAgent(ActAgent):
