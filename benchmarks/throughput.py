@@ -537,12 +537,10 @@ def training_path(repeats: int) -> dict[str, float]:
     inline.start()
 
     def via_wrapper() -> None:
-        comm.put_training_data(batch)
-        comm.get_training_return()
+        comm.learn(batch)
 
     def via_wrapper_on_caller() -> None:
-        inline_comm.put_training_data(batch)
-        inline_comm.get_training_return()
+        inline_comm.learn(batch)
 
     paths = {
         "bare_us": bare_step,

@@ -15,7 +15,11 @@ from test_agent_group_fakes import (
     counter_envs,
     echo_task_config,
     expected_action,
+    learn_result,
     make_batch,
+    queue_learning,
+    send_rows,
+    twins,
 )
 
 import parl
@@ -261,16 +265,17 @@ def test_training_each_agent_gets_exactly_its_rows_and_batches_respect_limits(ru
 
 
 class SeveralRowsAgent(StepAgent):
-    """Agent 0 also asks, at every step, for three rows in one request (scoring candidate observations)."""
+    """Agent 0 also asks, at every step, for three rows at once (scoring candidate observations): three
+    requests in flight, through communicators of its own."""
 
     def run_one_episode(self) -> float:
         if self.agent_id == 0:
-            comm = self.helpers["RL"].comm
+            comms = self.comms = getattr(self, "comms", None) or twins(self.helpers["RL"].comm, 3)
             rows = np.array([[self.episodes, 0.0], [self.episodes, 1.0], [self.episodes, 2.0]], np.float32)
-            comm.put_prediction_data({"obs": rows}, {}, True)
-            answer = comm.unwrap(comm.get_prediction_return())
-            if not np.array_equal(answer.actions["action"], expected_action(rows)):
-                raise AssertionError(f"rows {rows.tolist()} got {answer.actions['action']}")
+            send_rows(comms, rows)
+            got = [pred.actions["action"][row] for pred, row in (c.receive() for c in comms)]
+            if not np.array_equal(got, expected_action(rows)):
+                raise AssertionError(f"rows {rows.tolist()} got {got}")
         return super().run_one_episode()
 
 
@@ -304,13 +309,13 @@ def test_min_train_batch_size_counts_samples_not_requests() -> None:
     comms = [wrapper.create_communicator(i) for i in range(3)]
     wrapper.start()
     try:
-        comms[0].put_training_data(make_batch(_rows(0, 2), np.zeros(2)))
-        comms[1].put_training_data(make_batch(_rows(1, 2), np.ones(2)))
+        queue_learning(comms[0], make_batch(_rows(0, 2), np.zeros(2)))
+        queue_learning(comms[1], make_batch(_rows(1, 2), np.ones(2)))
         time.sleep(0.3)
         # Two requests, four samples: below the minimum of five samples, nothing is learned yet.
         assert wrapper.training_stats.calls == 0 and algo.learn_sizes == []
-        comms[2].put_training_data(make_batch(_rows(2, 2), np.full(2, 2.0)))
-        results = [c.get_training_return() for c in comms]
+        queue_learning(comms[2], make_batch(_rows(2, 2), np.full(2, 2.0)))
+        results = [learn_result(c) for c in comms]
     finally:
         wrapper.stop()
     assert algo.learn_sizes == [6]
@@ -326,8 +331,7 @@ def test_training_does_not_wait_once_the_minimum_is_reached() -> None:
     wrapper.start()
     try:
         start = time.monotonic()
-        comm.put_training_data(make_batch(_rows(0, 3), np.zeros(3)))
-        result = comm.get_training_return()
+        result = comm.learn(make_batch(_rows(0, 3), np.zeros(3)))
         assert time.monotonic() - start < 10.0  # not the 30 s wait (a bound on speed only: generous)
     finally:
         wrapper.stop()
@@ -342,10 +346,10 @@ def test_max_train_batch_size_splits_by_samples_and_serves_an_oversized_request_
     sizes = [3, 3, 3, 10, 2]
     comms = [wrapper.create_communicator(i) for i in range(len(sizes))]
     for i, (comm, n) in enumerate(zip(comms, sizes)):  # queued before the loop starts: deterministic packing
-        comm.put_training_data(make_batch(_rows(i, n), np.full(n, float(i))))
+        queue_learning(comm, make_batch(_rows(i, n), np.full(n, float(i))))
     wrapper.start()
     try:
-        results = [c.get_training_return() for c in comms]
+        results = [learn_result(c) for c in comms]
     finally:
         wrapper.stop()
     assert algo.learn_sizes == [6, 3, 10, 2]
@@ -353,23 +357,23 @@ def test_max_train_batch_size_splits_by_samples_and_serves_an_oversized_request_
         np.testing.assert_array_equal(result.per_sample["obs_echo"], _rows(i, n))
 
 
-def test_prediction_max_batch_size_counts_samples() -> None:
+def test_prediction_max_batch_size_limits_each_call() -> None:
     algo = EchoAlgorithm()
     wrapper = _direct_wrapper(parl.WrapperConfig(max_batch_size=7, max_wait_s=0.0), algo)
-    comms = [wrapper.create_communicator(i) for i in range(5)]
-    for i, comm in enumerate(comms):
-        comm.put_prediction_data({"obs": _rows(i, 3)}, {})
+    comms = [wrapper.create_communicator(i) for i in range(15)]
+    rows = np.stack([_rows(i, 1)[0] for i in range(15)])
+    send_rows(comms, rows)  # queued before the loop starts: deterministic batches
     wrapper.start()
     try:
-        preds = [c.get_prediction_return() for c in comms]
+        answers = [c.receive() for c in comms]
     finally:
         wrapper.stop()
-    assert algo.predict_sizes == [6, 6, 3]
-    assert wrapper.prediction_stats.histogram == {6: 2, 3: 1}
-    assert wrapper.prediction_stats.max_batch == 6
-    for i, pred in enumerate(preds):
-        np.testing.assert_array_equal(pred.actions["action"], expected_action(_rows(i, 3)))
-        np.testing.assert_array_equal(pred.extras["echo"], _rows(i, 3) * 2)
+    assert algo.predict_sizes == [7, 7, 1]
+    assert wrapper.prediction_stats.histogram == {7: 2, 1: 1}
+    assert wrapper.prediction_stats.max_batch == 7
+    for i, (pred, row) in enumerate(answers):
+        np.testing.assert_array_equal(pred.actions["action"][row], expected_action(rows[i : i + 1])[0])
+        np.testing.assert_array_equal(pred.extras["echo"][row], rows[i] * 2)
 
 
 def test_explore_and_greedy_requests_are_served_in_separate_calls() -> None:
@@ -377,15 +381,15 @@ def test_explore_and_greedy_requests_are_served_in_separate_calls() -> None:
     wrapper = _direct_wrapper(parl.WrapperConfig(max_wait_s=0.0), algo)
     comms = [wrapper.create_communicator(i) for i in range(4)]
     for i, comm in enumerate(comms):
-        comm.put_prediction_data({"obs": _rows(i, 1)}, {}, explore=i % 2 == 0)
+        comm.send({"obs": _rows(i, 1)[0]}, {}, explore=i % 2 == 0)
     wrapper.start()
     try:
-        preds = [c.get_prediction_return() for c in comms]
+        answers = [c.receive() for c in comms]
     finally:
         wrapper.stop()
     assert sorted(algo.predict_sizes) == [2, 2]
-    for i, pred in enumerate(preds):
-        np.testing.assert_array_equal(pred.extras["echo"], _rows(i, 1) * 2)
+    for i, (pred, row) in enumerate(answers):
+        np.testing.assert_array_equal(pred.extras["echo"][row], _rows(i, 1)[0] * 2)
 
 
 @pytest.mark.parametrize("learning", [False, True])

@@ -187,10 +187,8 @@ def test_exception_while_serving_predictions_reaches_caller_as_wrapper_error(
         calls.append(len(items))
         raise MemoryError("serving loop blew up")
 
-    # Both ways a round is served: general requests, and the one-sample rows of act() that a hub
-    # serves with predict_rows.
-    monkeypatch.setattr(ComputationWrapper, "serve_predictions", broken_serve)
-    monkeypatch.setattr(ComputationWrapper, "predict_rows", broken_serve)
+    # Every round goes through predict_batch: the wrapper's prediction loop's and a hub's.
+    monkeypatch.setattr(ComputationWrapper, "predict_batch", broken_serve)
     manager = parl.Manager([echo_task_config()], RecordingAgent, counter_envs(30), _config(runtime))
     err = _run_expecting(manager, limit_s=5.0)
     assert calls

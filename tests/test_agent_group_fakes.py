@@ -263,3 +263,25 @@ def threads_started_since(before: set[threading.Thread], grace_s: float = 1.0) -
     for t in extra:
         t.join(max(0.0, deadline - time.monotonic()))
     return [t for t in extra if t.is_alive()]
+
+
+def queue_learning(comm: parl.Communicator, batch: parl.TrainingBatch) -> None:
+    """The first half of ``comm.learn(batch)``: the checked batch handed to the wrapper, without waiting."""
+    comm.wrapper.submit_learning(comm, comm.wrapper.task.check_batch(batch, agent_id=comm.agent_id))
+
+
+def learn_result(comm: parl.Communicator) -> Any:
+    """The second half of ``comm.learn``: wait for the answer (a LearnResult; a Failure raises as learn raises it)."""
+    return comm._unwrap(comm.learn_results.get(comm.wrapper.check_alive))
+
+
+def send_rows(comms: list[parl.Communicator], rows: np.ndarray, explore: bool = True) -> None:
+    """Row ``i`` of ``rows`` sent by ``comms[i]`` (one request in flight per communicator)."""
+    for comm, row in zip(comms, rows):
+        comm.send({"obs": row}, {}, explore)
+
+
+def twins(comm: parl.Communicator, n: int) -> list[parl.Communicator]:
+    """``n`` communicators of ``comm``'s agent and task, each with a request of its own in flight."""
+    return [comm] + [parl.Communicator(comm.agent_id, comm.wrapper, comm.requests, comm.return_queues) for _ in
+                     range(n - 1)]  # fmt: skip

@@ -16,8 +16,11 @@ from test_agent_group_fakes import (
     StepAgent,
     counter_envs,
     echo_task_config,
+    learn_result,
     live_threads,
     make_batch,
+    queue_learning,
+    send_rows,
     threads_started_since,
     wait_until,
 )
@@ -42,21 +45,21 @@ def _wrapper(config: parl.WrapperConfig, algo: EchoAlgorithm) -> parl.Computatio
 def test_prediction_waits_up_to_max_wait_for_other_agents() -> None:
     algo = EchoAlgorithm()
     # A wait far longer than the test's 0.2 s pause, however slow the machine; the batch limit of 4
-    # samples (the three requests together) ends it once the late requests are in.
+    # requests ends it once the late requests are in.
     wrapper = _wrapper(parl.WrapperConfig(max_batch_size=4, max_wait_s=30.0, poll_s=0.01), algo)
-    comms = [wrapper.create_communicator(i) for i in range(3)]
+    comms = [wrapper.create_communicator(i) for i in range(4)]
+    rows = np.stack([_rows(i, 1)[0] for i in range(4)])
     wrapper.start()
     try:
-        comms[0].put_prediction_data({"obs": _rows(0, 1)}, {})
+        send_rows(comms[:1], rows[:1])
         time.sleep(0.2)  # well inside the wait: the late requests join the first one's call
-        comms[1].put_prediction_data({"obs": _rows(1, 2)}, {})
-        comms[2].put_prediction_data({"obs": _rows(2, 1)}, {})
-        preds = [c.get_prediction_return() for c in comms]
+        send_rows(comms[1:], rows[1:])
+        answers = [c.receive() for c in comms]
     finally:
         wrapper.stop()
     assert algo.predict_sizes == [4]
-    for i, (pred, n) in enumerate(zip(preds, (1, 2, 1))):
-        np.testing.assert_array_equal(pred.extras["echo"], _rows(i, n) * 2)
+    for i, (pred, row) in enumerate(answers):
+        np.testing.assert_array_equal(pred.extras["echo"][row], rows[i] * 2)
 
 
 def test_a_lone_prediction_is_served_once_max_wait_has_passed() -> None:
@@ -66,31 +69,30 @@ def test_a_lone_prediction_is_served_once_max_wait_has_passed() -> None:
     wrapper.start()
     try:
         start = time.monotonic()
-        comm.put_prediction_data({"obs": _rows(0, 1)}, {})
-        pred = comm.get_prediction_return()
+        comm.send({"obs": _rows(0, 1)[0]}, {})
+        pred, row = comm.receive()
         elapsed = time.monotonic() - start
     finally:
         wrapper.stop()
     assert 0.25 <= elapsed < 3.0, elapsed
     assert algo.predict_sizes == [1]
-    np.testing.assert_array_equal(pred.extras["echo"], _rows(0, 1) * 2)
+    np.testing.assert_array_equal(pred.extras["echo"][row], _rows(0, 1)[0] * 2)
 
 
 def test_a_full_prediction_batch_does_not_wait() -> None:
     algo = EchoAlgorithm()
     wrapper = _wrapper(parl.WrapperConfig(max_batch_size=4, max_wait_s=30.0, poll_s=0.01), algo)
-    comms = [wrapper.create_communicator(i) for i in range(2)]
+    comms = [wrapper.create_communicator(i) for i in range(4)]
     wrapper.start()
     try:
         start = time.monotonic()
-        for i, comm in enumerate(comms):
-            comm.put_prediction_data({"obs": _rows(i, 2)}, {})
+        send_rows(comms, np.stack([_rows(i, 1)[0] for i in range(4)]))
         for comm in comms:
-            comm.get_prediction_return()
+            comm.receive()
         elapsed = time.monotonic() - start
     finally:
         wrapper.stop()
-    assert elapsed < 5.0, elapsed  # the limit of 4 samples ends the 30 s wait
+    assert elapsed < 5.0, elapsed  # the limit of 4 requests ends the 30 s wait
     assert sum(algo.predict_sizes) == 4 and max(algo.predict_sizes) <= 4
 
 
@@ -314,11 +316,9 @@ def test_idle_wrapper_loops_sleep_through_their_poll_yet_stop_at_once() -> None:
     before = live_threads()
     algo = EchoAlgorithm()
     wrapper = _wrapper(parl.WrapperConfig(poll_s=60.0, train_max_wait_s=0.0), algo)
-    wrapper.serve_predictions_in_thread = True
     comm = wrapper.create_communicator(0)
     wrapper.start()
-    comm.put_training_data(make_batch(_rows(0, 3), np.zeros(3)))
-    np.testing.assert_array_equal(comm.get_training_return().per_sample["obs_echo"], _rows(0, 3))
+    np.testing.assert_array_equal(comm.learn(make_batch(_rows(0, 3), np.zeros(3))).per_sample["obs_echo"], _rows(0, 3))
     time.sleep(0.2)  # both loops are now blocked on empty queues, for up to 60 s
     start = time.monotonic()
     assert wrapper.stop(timeout=10.0) == []
@@ -326,7 +326,7 @@ def test_idle_wrapper_loops_sleep_through_their_poll_yet_stop_at_once() -> None:
     assert algo.learn_sizes == [3]
     assert threads_started_since(before, grace_s=5.0) == []
     with pytest.raises(parl.RunStopped):
-        comm.predict_sample({"obs": np.zeros(2, np.float32)}, {}, True)
+        comm.send({"obs": np.zeros(2, np.float32)}, {}, True)
 
 
 def test_wrapper_stop_names_a_loop_stuck_in_learn_which_then_ends_without_new_work() -> None:
@@ -335,12 +335,12 @@ def test_wrapper_stop_names_a_loop_stuck_in_learn_which_then_ends_without_new_wo
     wrapper = _wrapper(parl.WrapperConfig(poll_s=0.01, train_max_wait_s=0.0), algo)
     comms = [wrapper.create_communicator(i) for i in range(2)]
     wrapper.start()
-    comms[0].put_training_data(make_batch(_rows(0, 3), np.zeros(3)))
+    queue_learning(comms[0], make_batch(_rows(0, 3), np.zeros(3)))
     deadline = time.monotonic() + 30.0
     while not algo.learn_sizes and time.monotonic() < deadline:  # the loop is now inside learn for 4 s
         time.sleep(0.01)
     assert algo.learn_sizes == [3]
-    comms[1].put_training_data(make_batch(_rows(1, 2), np.ones(2)))  # queued behind the running call
+    queue_learning(comms[1], make_batch(_rows(1, 2), np.ones(2)))  # queued behind the running call
     start = time.monotonic()
     lingering = wrapper.stop(timeout=0.3)
     stop_s = time.monotonic() - start
@@ -348,17 +348,17 @@ def test_wrapper_stop_names_a_loop_stuck_in_learn_which_then_ends_without_new_wo
     assert lingering == ["parl-RL-train"]  # the prediction loop ended; the training loop is inside learn
     train_thread = _new_thread_named("parl-RL-train", before)
     with pytest.raises(parl.RunStopped, match="stopped"):  # answered by stop(), not by the stuck loop
-        comms[1].get_training_return()
+        learn_result(comms[1])
     # A request reaching the queue after stop() answered it (a put racing the stop) is answered by the
     # loop itself when its call returns, with RunStopped; the loop learns nothing more.
     wrapper.training_q.put((comms[1], make_batch(_rows(1, 4), np.ones(4))))
     assert train_thread.is_alive()
     train_thread.join(10.0)
     assert not train_thread.is_alive()
-    result = comms[0].get_training_return()  # the call that outlived stop() still answered its agent
+    result = learn_result(comms[0])  # the call that outlived stop() still answered its agent
     np.testing.assert_array_equal(result.per_sample["obs_echo"], _rows(0, 3))
     with pytest.raises(parl.RunStopped, match="stopped"):  # an answer in the queue, not check_alive's
-        comms[1].get_training_return()
+        learn_result(comms[1])
     assert algo.learn_sizes == [3]
     assert threads_started_since(before, grace_s=5.0) == []
 

@@ -442,8 +442,8 @@ BOUNDARY_CASES = [
          ValueError, ("agent 0", "task 'RL'", "explore", "'no'", "True or False")),
     Case("act: explore=None", ask(lambda h: h.act(np.zeros(2, np.float32), explore=None)),  # type: ignore[arg-type]
          ValueError, ("agent 0", "task 'RL'", "explore", "None")),
-    Case("put_prediction_data: explore=2",
-         ask(lambda h: h.comm.put_prediction_data({"obs": np.zeros((1, 2), np.float32)}, {}, explore=2)),  # type: ignore[arg-type]
+    Case("Communicator.send: explore=2",
+         ask(lambda h: h.comm.send({"obs": np.zeros(2, np.float32)}, {}, explore=2)),  # type: ignore[arg-type]
          ValueError, ("agent 0", "task 'RL'", "explore", "2 of type int")),
     # The flags an env step returns, checked where they enter: Agent.env_step and GymAgent's loop.
     Case("env_step: terminated 'False'", lambda: env_step(FlagEnv(length=1, terminated="False"), 0),

@@ -85,7 +85,7 @@ def test_act_refuses_an_input_of_the_wrong_shape_and_leaves_no_step_open(wrapper
     with pytest.raises(ValueError, match="call predict first"):
         helper.store_step(1.0)
     with pytest.raises(ValueError, match=r"agent 7, task 'RL', inputs field 'obs'"):
-        helper.comm.predict_row(np.zeros((1, 2), np.float32))  # a sample axis is not one sample
+        helper.comm.send({"obs": np.zeros((1, 2), np.float32)}, {})  # a sample axis is not one sample
 
 
 class _TwoInputs(parl.Model):
@@ -112,13 +112,11 @@ class _Argmax(parl.Algorithm):
 
 
 @pytest.mark.timeout(30)
-def test_act_and_predict_row_need_a_task_with_one_input_field() -> None:
+def test_act_needs_a_task_with_one_input_field() -> None:
     wrapper = parl.ComputationWrapper(parl.ComputationTask("Goal", _Argmax(_TwoInputs())))
     helper = parl.AgentHelper("Goal", wrapper.create_communicator(1))
     with pytest.raises(ValueError, match=r"act needs one input and one action field; .*\['obs', 'goal'\]"):
         helper.act(np.zeros(2, np.float32))
-    with pytest.raises(ValueError, match=r"predict_row needs a task with one input field .*use predict_sample"):
-        helper.comm.predict_row(np.zeros(2, np.float32))
 
 
 @pytest.mark.timeout(60)
@@ -196,40 +194,13 @@ def _transitions_per_agent(runtime: str) -> dict[int, list[parl.TrainingBatch]]:
 
 
 @pytest.mark.timeout(120)
-def test_the_hub_s_own_act_records_the_steps_the_helper_s_act_records() -> None:
-    # On the coroutine runtime a plain helper's act is the hub's one-call version (the request, the wait
-    # and the step's record in one function); in a thread it is AgentHelper.act. Same transitions.
+def test_act_records_the_same_steps_on_a_hub_and_in_threads() -> None:
+    # A hub answers by switching into the waiting agent, a thread's agent reads a queue: same transitions.
     hub_run, thread_run = _transitions_per_agent("coroutines"), _transitions_per_agent("threads")
     assert sorted(hub_run) == sorted(thread_run) == [0, 1, 2, 3]
     for agent_id, want in thread_run.items():
         assert len(want) == 3 * 4  # three episodes of four steps
         assert_same_transitions(hub_run[agent_id], want)
-
-
-class _OwnActHelper(parl.AgentHelper):
-    def act(self, value, explore=True):  # type: ignore[no-untyped-def]
-        return super().act(value, explore)
-
-
-@pytest.mark.timeout(60)
-def test_a_hub_serves_act_in_one_call_only_for_a_helper_that_keeps_the_base_act_and_predict() -> None:
-    from parl.runtimes.coroutines import Hub
-
-    wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
-    hub = Hub(0)
-
-    def comm(i: int) -> parl.Communicator:
-        return wrapper.create_communicator(i, hub.return_queue, prediction_sink=hub.sink(wrapper))
-
-    plain, own_act, own_predict = (
-        parl.AgentHelper("RL", comm(0)),
-        _OwnActHelper("RL", comm(1)),
-        _CountingPredictHelper("RL", comm(2)),
-    )
-    assert "act" in vars(plain)  # the hub's function, set on the instance
-    assert "act" not in vars(own_act) and "act" not in vars(own_predict)  # their class's act
-    # A thread's return queue has no one-call act: the helper keeps AgentHelper.act.
-    assert "act" not in vars(parl.AgentHelper("RL", wrapper.create_communicator(3)))
 
 
 class _Float64ActAgent(_LimitedActAgent):
@@ -243,7 +214,7 @@ class _MisshapedActAgent(_LimitedActAgent):
 
 
 @pytest.mark.timeout(120)
-def test_the_hub_s_own_act_hands_other_inputs_to_the_general_checks() -> None:
+def test_act_on_a_hub_converts_other_dtypes_and_refuses_other_shapes() -> None:
     config = parl.ManagerConfig(num_agents=2, runtime="coroutines", max_seconds=60)
     manager = parl.Manager([echo_task_config(helper=RecordingHelper)], _Float64ActAgent, counter_envs(length=4), config)
     assert manager.run().failures == []

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import parl
-from tests.test_agent_group_fakes import EchoAlgorithm, make_batch
+from tests.test_agent_group_fakes import EchoAlgorithm, learn_result, make_batch, queue_learning
 
 
 class ThreadRecordingEcho(EchoAlgorithm):
@@ -51,8 +51,7 @@ def test_a_lone_request_is_learned_on_the_calling_thread_with_the_same_answer() 
     wrapper.start()
     try:
         batch = make_batch(_rows(0, 5), np.arange(5.0))
-        comm.put_training_data(batch)
-        result = comm.get_training_return()
+        result = comm.learn(batch)
     finally:
         wrapper.stop()
     assert algo.learn_threads == [threading.get_ident()]
@@ -70,8 +69,8 @@ def test_a_request_smaller_than_a_learning_call_still_goes_to_the_training_loop_
     wrapper.start()
     try:
         for i, comm in enumerate(comms):
-            comm.put_training_data(make_batch(_rows(i, 4), np.ones(4)))
-        results = [comm.get_training_return() for comm in comms]
+            queue_learning(comm, make_batch(_rows(i, 4), np.ones(4)))
+        results = [learn_result(comm) for comm in comms]
     finally:
         wrapper.stop()
     # Neither request filled a call alone: the loop's thread learned both in one call of 8 rows.
@@ -93,8 +92,7 @@ def test_many_callers_get_their_own_rows_and_learning_calls_never_overlap() -> N
         try:
             for step in range(25):
                 rows = _rows(i, 3) + np.array([0.0, 100.0 * step])
-                comms[i].put_training_data(make_batch(rows, np.full(3, float(step))))
-                result = comms[i].get_training_return()
+                result = comms[i].learn(make_batch(rows, np.full(3, float(step))))
                 np.testing.assert_array_equal(result.per_sample["obs_echo"], rows.astype(np.float32))
                 np.testing.assert_array_equal(result.per_sample["reward_echo"], np.full(3, step, np.float32))
         except BaseException as exc:  # noqa: BLE001 - re-raised by the test
@@ -121,12 +119,10 @@ def test_a_task_error_on_the_caller_reaches_it_as_a_task_error_and_the_wrapper_l
     good, bad = wrapper.create_communicator(0), wrapper.create_communicator(1)
     wrapper.start()
     try:
-        bad.put_training_data(make_batch(_rows(1, 2), np.ones(2)))
         with pytest.raises(parl.TaskError) as info:
-            bad.get_training_return()
+            bad.learn(make_batch(_rows(1, 2), np.ones(2)))
         assert info.value.agent_id == 1 and info.value.task == "RL" and "learn refused" in str(info.value)
-        good.put_training_data(make_batch(_rows(0, 2), np.ones(2)))
-        assert good.get_training_return().metrics["loss"] == 2.0
+        assert good.learn(make_batch(_rows(0, 2), np.ones(2))).metrics["loss"] == 2.0
     finally:
         wrapper.stop()
 

@@ -166,11 +166,14 @@ def test_each_pettingzoo_agent_has_its_own_helper_of_its_task(wrappers: list[par
     hs = [agent.agent_helpers[n] for n in ("a", "b", "c")]
     assert hs[0] is template  # the Manager's helper serves the first PettingZoo agent
     assert len({id(h) for h in hs}) == 3
-    assert all(type(h) is RecordingHelper and h.comm is template.comm and h.name == "RL" for h in hs)
+    assert all(type(h) is RecordingHelper and h.name == "RL" for h in hs)
+    # Each has a communicator of its own (a request of its own in flight), to the same agent's task.
+    assert len({id(h.comm) for h in hs}) == 3
+    assert all(h.comm.agent_id == template.comm.agent_id and h.comm.requests is template.comm.requests for h in hs)
     on_policy = parl.OnPolicyHelper("RL", template.comm, parl.OnPolicyConfig(sample_interval=5))
     clone = clone_helper(on_policy)
     assert isinstance(clone, parl.OnPolicyHelper) and clone is not on_policy
-    assert clone.config is on_policy.config and clone.comm is on_policy.comm
+    assert clone.config is on_policy.config and clone.comm.wrapper is on_policy.comm.wrapper
 
 
 def test_episode_stores_each_agents_own_transitions_and_how_it_left(wrappers: list[parl.ComputationWrapper]) -> None:
@@ -210,7 +213,7 @@ def test_live_agents_predictions_go_out_as_one_request_per_task(wrappers: list[p
     agent = build_agent(wrappers, ScriptedParallelEnv(script), {"RL": algo})
     play(agent)
     assert algo.predict_sizes == [3, 3, 2, 1]  # one call per step, one row per live agent
-    assert wrappers[0].prediction_stats.requests == 4 and wrappers[0].prediction_stats.samples == 9
+    assert wrappers[0].prediction_stats.calls == 4 and wrappers[0].prediction_stats.samples == 9
 
     algo_seq = EchoAlgorithm()
     agent_seq = build_agent(wrappers, ScriptedParallelEnv(script), {"RL": algo_seq}, batch_predictions=False)

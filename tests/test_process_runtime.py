@@ -389,12 +389,11 @@ def test_a_worker_whose_serving_fails_reports_the_error_to_the_caller(monkeypatc
     """Not the task but the worker's own packing raises: its agents get a WrapperError naming the cause."""
     import parl.runtimes.process_worker as worker
 
-    def broken_check(inputs, specs):  # type: ignore[no-untyped-def]
+    def broken_pack(requests, task):  # type: ignore[no-untyped-def]
         raise MemoryError("packing exploded in the worker")
 
-    # The check of every packed batch, general requests and act()'s rows alike; the forked workers
-    # inherit the patch.
-    monkeypatch.setattr(worker, "all_finite", broken_check)
+    # The packing of every round in the worker; the forked workers inherit the patch.
+    monkeypatch.setattr(worker, "pack_finite", broken_pack)
     m = _manager(parl.ManagerConfig(num_agents=4, runtime="processes", num_workers=2, max_seconds=30))
     start = time.monotonic()
     with pytest.raises(parl.AgentError) as info:
@@ -585,10 +584,14 @@ class _ScriptedConn:
 
 
 class _AnswerSink:
+    """Stands in for an agent's communicator: keeps the answers it is given."""
+
+    agent_id = 0
+
     def __init__(self) -> None:
         self.answers: list[object] = []
 
-    def put_prediction_return(self, item: object) -> None:
+    def answer(self, item: object) -> None:
         self.answers.append(item)
 
 
@@ -598,7 +601,7 @@ def test_a_worker_fails_its_agents_on_a_reply_it_cannot_read() -> None:
     import pickle
     from types import SimpleNamespace
 
-    from parl.framework.communicator import Failure, PredictRequest
+    from parl.framework.communicator import Failure, Request
     from parl.runtimes.process_protocol import TAG_ERROR, TAG_INLINE, TaskSpecs
     from parl.runtimes.process_worker import RemoteWrapper
 
@@ -613,7 +616,9 @@ def test_a_worker_fails_its_agents_on_a_reply_it_cannot_read() -> None:
         conn = _ScriptedConn(reply)
         wrapper = RemoteWrapper(0, specs, None, conn, messenger)  # type: ignore[arg-type]
         sinks = [_AnswerSink(), _AnswerSink()]
-        wrapper.serve_predictions([(s, PredictRequest({"obs": obs}, {}, False, True)) for s in sinks])  # type: ignore[misc]
+        served, answer = wrapper.predict_batch([Request(s, {"obs": obs}, {}, False) for s in sinks], False)  # type: ignore[arg-type]
+        for request in served:
+            request.comm.answer(answer)
         assert conn.sent and conn.sent[0][:1] == TAG_INLINE  # no shared memory: the arrays went inline
         for sink in sinks:
             (answer,) = sink.answers

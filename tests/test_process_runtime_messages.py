@@ -18,7 +18,15 @@ import pytest
 
 import parl
 from parl.data.specs import FieldSpec
-from tests.test_agent_group_fakes import ActAgent, CounterEnv, EchoAlgorithm, counter_envs, echo_task_config
+from tests.test_agent_group_fakes import (
+    ActAgent,
+    CounterEnv,
+    EchoAlgorithm,
+    counter_envs,
+    echo_task_config,
+    learn_result,
+    queue_learning,
+)
 
 
 def _no_children() -> bool:
@@ -288,12 +296,12 @@ class _TagAgent(parl.Agent):
             inputs={"obs": obs[None]}, actions={"action": np.zeros(1, np.int64)},
             rewards={"reward": np.zeros(1, np.float32)}, next_inputs={"obs": obs[None]}, terminal=np.zeros(1, bool),
         )  # fmt: skip
-        helper.comm.put_training_data(batch)
+        queue_learning(helper.comm, batch)  # the request is out before the agent may fail
         if type(self).fail_once and self.agent_id == 1 and self.episodes == 0 and self.total_steps == 0:
             self.total_steps = 1  # (a rebuilt agent starts from 0 again, but fails only in the first build)
             type(self).fail_once = False
             raise RuntimeError("agent 1 fails with its learn request outstanding")
-        got = float(helper.comm.get_training_return().per_sample["tag"][0])
+        got = float(learn_result(helper.comm).per_sample["tag"][0])
         if got != tag:
             raise AssertionError(f"agent {self.agent_id} sent learn request {tag:.0f} and got the result of {got:.0f}")
         return 0.0

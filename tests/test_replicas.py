@@ -330,8 +330,7 @@ class _ReadYourWrites(parl.Agent):
                 rewards={"reward": np.zeros(1, np.float32)}, next_inputs={"obs": obs[None]},
                 terminal=np.zeros(1, bool),
             )  # fmt: skip
-            helper.comm.put_training_data(batch)
-            learned = int(helper.comm.get_training_return().metrics["version"])
+            learned = int(helper.comm.learn(batch).metrics["version"])
         return 0.0
 
 

@@ -16,7 +16,7 @@ from test_agent_group_fakes import CounterEnv, EchoAlgorithm
 import parl
 from parl import ComputationTask, FieldSpec, SpecError, layers
 from parl.data.specs import check_fields, checked_outputs, zeros_for
-from parl.framework.communicator import Failure
+from parl.framework.communicator import Failure, Request
 
 
 def _exact(text: str) -> str:
@@ -353,18 +353,13 @@ def test_predict_refuses_float_actions_for_an_int_spec() -> None:
         task.predict({"obs": _obs2(2)})
 
 
-def test_predict_field_refuses_float_actions_for_an_int_spec() -> None:
-    # Before the fix: no ValueError raised by predict_field (the batched path of predict_rows).
-    task = _task(_float_actions)
-    with pytest.raises(ValueError, match=r"'action' has dtype float32; expected shape \(3,\) and dtype int64"):
-        task.predict_field(_obs2(3))
-
-
-def test_predict_rows_of_the_wrapper_fails_float_actions() -> None:
-    # Before the fix: predict_rows returned a Prediction with float32 actions instead of a Failure.
+def test_a_batch_of_the_wrapper_fails_float_actions() -> None:
+    # Before the fix: the batched path returned a Prediction with float32 actions instead of a Failure.
     wrapper = parl.ComputationWrapper(_task(_float_actions))
-    result = wrapper.predict_rows([_obs2(1)[0], _obs2(2)[1]], explore=True)
-    assert isinstance(result, Failure)
+    comms = [wrapper.create_communicator(i) for i in range(2)]
+    requests = [Request(c, {"obs": row}, {}, True) for c, row in zip(comms, _obs2(2))]
+    served, result = wrapper.predict_batch(requests, explore=True)
+    assert isinstance(result, Failure) and len(served) == 2
     # A ValueError, not a SpecError (which would tell the agents that their own inputs were at fault).
     assert type(result.error) is ValueError and "dtype int64" in str(result.error)
 
@@ -372,9 +367,9 @@ def test_predict_rows_of_the_wrapper_fails_float_actions() -> None:
 def test_predict_converts_actions_within_their_kind() -> None:
     # Before the fix: the action came back as int32 (assertion on the dtype failed).
     task = _task(lambda obs: obs[:, 1].astype(np.int32))
-    for pred in (task.predict({"obs": _obs2(3)}), task.predict_field(_obs2(3))):
-        assert pred.actions["action"].dtype == np.int64
-        np.testing.assert_array_equal(pred.actions["action"], [0, 1, 2])
+    pred = task.predict({"obs": _obs2(3)})
+    assert pred.actions["action"].dtype == np.int64
+    np.testing.assert_array_equal(pred.actions["action"], [0, 1, 2])
 
 
 def test_predict_refuses_actions_out_of_the_spec_range() -> None:
@@ -389,8 +384,6 @@ def test_predict_refuses_the_wrong_number_of_action_rows() -> None:
     task = _task(lambda obs: np.zeros(1, np.int64))
     with pytest.raises(ValueError, match=r"field 'action' has shape \(1,\), expected 4 rows"):
         task.predict({"obs": _obs2(4)})
-    with pytest.raises(ValueError, match=r"field 'action' has shape \(1,\), expected 4 rows"):
-        task.predict_field(_obs2(4))
 
 
 def test_predict_refuses_the_wrong_per_row_action_shape() -> None:

@@ -242,8 +242,7 @@ def test_wrapper_predictions_overlap_training_and_see_whole_updates() -> None:
     def train() -> None:
         try:
             for _ in range(12):
-                trainer.put_training_data(_batch())
-                trainer.get_training_return()
+                trainer.learn(_batch())
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
         finally:
@@ -252,8 +251,8 @@ def test_wrapper_predictions_overlap_training_and_see_whole_updates() -> None:
     def predict(comm: parl.Communicator) -> None:
         try:
             while not done.is_set():
-                comm.put_prediction_data({"obs": np.zeros((1, 2), np.float32)}, {})
-                pred = comm.get_prediction_return()
+                comm.send({"obs": np.zeros(2, np.float32)}, {})
+                pred, _ = comm.receive()
                 with lock:
                     seen.append((float(pred.extras["lo"][0]), float(pred.extras["hi"][0])))
                 time.sleep(0.001)

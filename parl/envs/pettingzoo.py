@@ -54,7 +54,6 @@ import numpy as np
 from parl.framework.agent import Agent
 from parl.framework.agent_helper import AgentHelper
 from parl.framework.communicator import Communicator
-from parl.framework.computation_wrapper import ComputationWrapper
 from parl.framework.errors import RunStopped
 from parl.framework.types import Prediction
 
@@ -94,9 +93,11 @@ def clone_helper(template: AgentHelper) -> AgentHelper:
     """
     cls = cast(Callable[..., AgentHelper], type(template))
     config = getattr(template, "config", None)
+    t = template.comm
+    comm = Communicator(t.agent_id, t.wrapper, t.requests, t.return_queues)  # its own request in flight
     if config is None:
-        return cls(template.name, template.comm)
-    return cls(template.name, template.comm, config)
+        return cls(template.name, comm)
+    return cls(template.name, comm, config)
 
 
 def _check_parallel_env(env: Any) -> None:
@@ -215,42 +216,26 @@ class ParallelEnvAgent(Agent):
         return action
 
     # ------------------------------------------------------------ acting
-    def _batchable(self, helper: AgentHelper) -> bool:
-        # Several rows in one request: the task has no per-helper recurrent states, and the wrapper
-        # is in this process (worker processes' shared buffers hold one row per agent).
-        return self.batch_predictions and not helper.state_specs and isinstance(helper.comm.wrapper, ComputationWrapper)
-
     def act(self, inputs: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
         """Predict the actions of every PettingZoo agent in ``inputs`` (name -> task inputs).
 
-        The rows of each task go out as one request, every task's request before any wait.
+        With ``batch_predictions`` the request of every PettingZoo agent whose task has no recurrent states
+        goes out before any wait (each has a communicator of its own), so all of them join one round; the
+        others predict one after the other.
         """
-        groups: dict[str, list[str]] = {}
-        for name in inputs:
-            groups.setdefault(self.task_of(name), []).append(name)
-        sent: list[tuple[Communicator, list[str]]] = []
-        one_by_one: list[str] = []
-        for names in groups.values():
-            helper = self.helper_for(names[0])
-            if len(names) > 1 and self._batchable(helper):
-                stacked = {
-                    s.name: np.stack([np.asarray(inputs[n][s.name], dtype=s.np_dtype) for n in names])
-                    for s in helper.input_specs
-                }
-                helper.comm.put_prediction_data(stacked, {}, self.explore)
-                sent.append((helper.comm, names))
-            else:
-                one_by_one.extend(names)
-        out = {name: self.helper_for(name).predict(inputs[name], self.explore) for name in one_by_one}
-        for comm, names in sent:
-            pred = comm.get_prediction_return()
-            for i, name in enumerate(names):
-                # The helper's own view of this prediction: store_data takes the extras (e.g. PPO's logp) from it.
-                self.helper_for(name).last_prediction = Prediction(
-                    actions={k: v[i : i + 1] for k, v in pred.actions.items()},
-                    extras={k: v[i : i + 1] for k, v in pred.extras.items()},
-                )
-                out[name] = {k: v[i] for k, v in pred.actions.items()}
+        batched = [n for n in inputs if self.batch_predictions and not self.helper_for(n).state_specs]
+        for name in batched:
+            self.helper_for(name).comm.send(inputs[name], {}, self.explore)
+        out = {n: self.helper_for(n).predict(inputs[n], self.explore) for n in inputs if n not in set(batched)}
+        for name in batched:
+            helper = self.helper_for(name)
+            pred, row = helper.comm.receive()
+            # The helper's own view of this prediction: store_data takes the extras (e.g. PPO's logp) from it.
+            helper.last_prediction = Prediction(
+                actions={k: v[row : row + 1] for k, v in pred.actions.items()},
+                extras={k: v[row : row + 1] for k, v in pred.extras.items()},
+            )
+            out[name] = {k: v[row] for k, v in pred.actions.items()}
         return out
 
     # ------------------------------------------------------------ env

@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 import logging
 import math
-import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +25,7 @@ import numpy as np
 
 from parl.data.packing import stack_rows
 from parl.data.specs import FieldSpec, SpecError, all_finite_array, as_flag, check_fields, fast_checked, zeros_for
-from parl.framework.communicator import Communicator, slice_prediction
+from parl.framework.communicator import Communicator
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
 __all__ = ["AgentHelper", "GameOver", "LearnTrigger"]
@@ -34,6 +33,8 @@ __all__ = ["AgentHelper", "GameOver", "LearnTrigger"]
 logger = logging.getLogger(__name__)
 
 _MISSING = object()
+_NO_STATES: dict[str, np.ndarray] = {}
+"""The states of a task without recurrent states (never changed)."""
 
 
 class GameOver(enum.IntEnum):
@@ -88,8 +89,7 @@ class AgentHelper:
                 self.pending = batch            # keep only the latest transition
 
             def learn(self):
-                self.comm.put_training_data(self.pending)
-                return self.comm.get_training_return()
+                return self.comm.learn(self.pending)
 
     In an agent::
 
@@ -143,11 +143,8 @@ class AgentHelper:
         self._step_open = False
         self._action_dtypes = {spec.name: spec.np_dtype for spec in self.action_specs}
         self._only_action = self.action_specs[0].name if len(self.action_specs) == 1 else None
-        # One input field and no states: a sample goes out through the communicator's row requester
-        # (predict_row, or the runtime's own version of it).
         stateless_single = len(self.input_specs) == 1 and not self.state_specs
         self._single_input = self.input_specs[0].name if stateless_single else None
-        self._request_row = comm.row_requester() if stateless_single else comm.predict_row
         # act() takes its short way unless a subclass's own predict must see every request.
         self._act_short = (
             stateless_single and self._only_action is not None and type(self).predict is AgentHelper.predict
@@ -155,14 +152,7 @@ class AgentHelper:
         self._act_name = self._only_action or ""  # the action field act() returns when _act_short
         # The latest act() as (what it was given, the answer (sent, prediction, row), the action it
         # returned), until a record needs the step's dicts above (_step_of_act) or predict() runs.
-        # Whoever serves act() writes it, with _step_open: this class, or a runtime's own act (below).
         self._act: tuple[Any, tuple[Any, Prediction, int], Any] | None = None
-        if self._act_short and type(self).act is AgentHelper.act:
-            # The runtime may serve act() itself, in one call from the agent to its wait (the coroutine
-            # hub does); anything it does not take comes back to AgentHelper.act.
-            own = comm.row_actor(self, self._act_name, types.MethodType(AgentHelper.act, self))
-            if own is not None:
-                self.act = own  # type: ignore[method-assign,assignment]
         # One scalar reward field: a float reward is stored without the general check.
         only = self.reward_specs[0] if len(self.reward_specs) == 1 else None
         self._scalar_reward = only if only is not None and only.shape == () and only.np_dtype.kind == "f" else None
@@ -201,12 +191,10 @@ class AgentHelper:
     # ------------------------------------------------------------ predict
     def predict(self, inputs: Mapping[str, Any], explore: bool = True) -> dict[str, np.ndarray]:
         """This agent's actions for one sample of ``inputs`` (arrays without a batch axis)."""
-        key = self._single_input
-        if key is not None and type(inputs) is dict and len(inputs) == 1 and key in inputs:
-            sent, pred, row = self._request_row(inputs[key], explore)
-            checked = {key: sent}
-        else:
-            checked, pred, row = self.comm.predict_sample(inputs, self.states, explore)
+        comm = self.comm
+        # A dict of our own: the request holds it until it is served, and the caller may change theirs.
+        checked = comm.send(dict(inputs), self.states, explore)
+        pred, row = comm.receive()
         self._answer = (checked, pred, row)
         self._act = None
         # The task accepted exactly these arrays (specs on entry, NaN/inf on the packed batch), so
@@ -250,8 +238,11 @@ class AgentHelper:
                     f"{[s.name for s in self.action_specs]} (use predict with dicts)"
                 )
             return self.predict({self.input_specs[0].name: value}, explore)[only]
-        answer = self._request_row(value, explore)  # (sent, prediction, row)
-        action = answer[1].actions[self._act_name][answer[2]]
+        key, comm = self._single_input, self.comm
+        sent = comm.send({key: value}, _NO_STATES, explore)  # type: ignore[dict-item]
+        pred, row = comm.receive()
+        answer = (sent[key], pred, row)  # type: ignore[index]
+        action = pred.actions[self._act_name][row]
         self._act = (value, answer, action)  # the step's dicts are built when a record needs them
         self._step_open = True
         return action
@@ -279,7 +270,11 @@ class AgentHelper:
         pred, row = self._latest()
         if pred is None or row is None:
             return pred
-        return slice_prediction(pred, row, row + 1)
+        return Prediction(
+            {k: v[row : row + 1] for k, v in pred.actions.items()},
+            {k: v[row : row + 1] for k, v in pred.states.items()},
+            {k: v[row : row + 1] for k, v in pred.extras.items()},
+        )
 
     @last_prediction.setter
     def last_prediction(self, pred: Prediction | None) -> None:
@@ -649,9 +644,7 @@ class AgentHelper:
         return None
 
     def _send(self, batch: TrainingBatch, comm: Communicator | None = None) -> LearnResult:
-        comm = self.comm if comm is None else comm
-        comm.put_training_data(batch)
-        result = comm.get_training_return()
+        result = (self.comm if comm is None else comm).learn(batch)
         self.last_learn = result
         self.learn_calls += 1
         return result

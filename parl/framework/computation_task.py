@@ -93,8 +93,6 @@ class ComputationTask:
         self.reward_specs: list[FieldSpec] = list(model.reward_specs())
         self.extra_learn_specs: list[FieldSpec] = list(self.algorithm.extra_learn_specs())
         self.extra_predict_specs: list[FieldSpec] = list(self.algorithm.extra_predict_specs())
-        # predict_field's staging slot: the one that predict uses for a single input field.
-        self._field_slot = f"p.in/{self.input_specs[0].name}" if len(self.input_specs) == 1 else ""
         self._action_names = frozenset(s.name for s in self.action_specs)
         self._extra_names = frozenset(s.name for s in self.extra_predict_specs)
         # How errors in the algorithm's predictions name their source.
@@ -167,42 +165,17 @@ class ComputationTask:
         if check:
             states = check_fields(states, self.state_specs, task=self.name, group="states", batch_size=rows)
         model = self.algorithm.model
-        with paddle.no_grad(), model.param_lock:
-            staging = self._staging
-            out = self.algorithm.predict(staging.tensors("p.in", inputs), staging.tensors("p.st", states), explore)
-        return Prediction(
-            actions=self._actions_of(out.actions, rows),
-            states=self._states_of(out.states, rows),
-            extras=self._extras_of(out.extras),
-        )
-
-    def predict_field(self, batch: np.ndarray, explore: bool = True) -> Prediction:
-        """:meth:`predict` of a task with one input field and no recurrent states, given that field's
-        batch, which the caller has checked against the spec (shape, dtype, finite).
-
-        The batched call of the agents' one-sample requests (``ComputationWrapper.predict_rows``),
-        without the dicts and checks of the general call::
-
-            pred = task.predict_field(np.zeros((8, 4), np.float32), explore=False)
-            actions = pred.actions["action"]  # 8 rows
-        """
-        if len(self.input_specs) != 1 or self.state_specs:
-            raise SpecError(
-                f"task {self.name!r}: predict_field needs one input field and no states; the model has inputs "
-                f"{[s.name for s in self.input_specs]} and states {[s.name for s in self.state_specs]}"
-            )
-        model = self.algorithm.model
         grad = _has_grad()
-        _set_has_grad(False)  # paddle.no_grad() without its object (a call per batch of every round)
+        _set_has_grad(False)  # paddle.no_grad() without its context object (a call per prediction batch)
         try:
             with model.param_lock:
-                inputs = {self.input_specs[0].name: self._staging.tensor(self._field_slot, batch)}
-                out = self.algorithm.predict(inputs, {}, explore)
+                staging = self._staging
+                out = self.algorithm.predict(staging.tensors("p.in", inputs), staging.tensors("p.st", states), explore)
         finally:
             _set_has_grad(grad)
         return Prediction(
-            actions=self._actions_of(out.actions, batch.shape[0]),
-            states=_to_numpy(out.states) if out.states else {},
+            actions=self._actions_of(out.actions, rows),
+            states=self._states_of(out.states, rows),
             extras=self._extras_of(out.extras),
         )
 
@@ -211,9 +184,8 @@ class ComputationTask:
         agent reads its action by that name: a missing one is the algorithm's mistake, said here), each
         of its spec's dtype and per-row shape, with ``rows`` rows.
 
-        Both ``predict`` and ``predict_field`` (the wrapper's batched ``predict_rows``) end here; the check
-        costs a few comparisons per action field, whatever the number of rows (a conversion within the
-        dtype kind, e.g. int32 to int64, copies that field)."""
+        The check costs a few comparisons per action field, whatever the number of rows (a conversion
+        within the dtype kind, e.g. int32 to int64, copies that field)."""
         out = _to_numpy(actions)
         if not out.keys() >= self._action_names:
             # Not a SpecError, which tells an agent that its own data was wrong: the agent gets a TaskError.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import queue
 import threading
 import time
@@ -11,21 +12,20 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Protocol
 
 import numpy as np
 from annotated_types import Ge, Gt
 
 from parl.data.packing import pack_fields, stack_rows, unpack_fields
-from parl.data.specs import SpecError, all_finite, all_finite_array, check_fields
+from parl.data.specs import FieldSpec, SpecError, all_finite, check_fields
 from parl.framework.communicator import (
     Communicator,
     Failure,
-    PredictRequest,
+    Request,
     RequestSink,
     ReturnQueue,
     ThreadReturnQueue,
-    slice_prediction,
 )
 from parl.framework.computation_task import ComputationTask
 from parl.framework.errors import RunStopped, WrapperError
@@ -36,7 +36,6 @@ __all__ = ["ComputationWrapper", "WrapperConfig", "BatchStats", "pack_training_b
 
 logger = logging.getLogger(__name__)
 
-PredictItem = tuple[Communicator, PredictRequest]
 TrainItem = tuple[Communicator, TrainingBatch]
 
 
@@ -165,10 +164,11 @@ class ComputationWrapper:
     """Two loops over one ComputationTask: one batches predictions, one batches learning.
 
     Agents reach the wrapper through :class:`Communicator` objects. The
-    prediction loop takes every request waiting (up to ``max_batch_size``
-    samples, waiting at most ``max_wait_s`` for more), packs them by the
-    model's specs into one batch, calls ``task.predict`` once and hands each
-    agent exactly its rows. The training loop does the same with
+    prediction loop takes every request waiting (up to ``max_batch_size``,
+    waiting at most ``max_wait_s`` for more), packs them by the model's specs
+    into one batch (:meth:`predict_batch`), calls ``task.predict`` once and
+    answers each agent with its row. A scheduler that serves predictions in
+    its own thread (a coroutine hub) calls :meth:`predict_batch` itself. The training loop does the same with
     ``task.learn``, gathering at least ``min_train_batch_size`` samples unless
     ``train_max_wait_s`` passes. The two loops run in their own threads, so
     prediction and training overlap; the task guarantees that a prediction
@@ -179,8 +179,8 @@ class ComputationWrapper:
         wrapper = ComputationWrapper(task, WrapperConfig(max_batch_size=256))
         comm = wrapper.create_communicator(agent_id=0)
         wrapper.start()
-        comm.put_prediction_data({"obs": obs[None]}, states={})
-        actions = comm.get_prediction_return().actions
+        comm.send({"obs": obs}, states={})
+        prediction, row = comm.receive()
         wrapper.stop()
 
     Failures never hang an agent: an exception in the task is delivered to
@@ -191,9 +191,7 @@ class ComputationWrapper:
     def __init__(self, task: ComputationTask, config: WrapperConfig | None = None) -> None:
         self.task = task
         self.config = config if config is not None else WrapperConfig()
-        # predict_rows checks a batch of one-sample requests for NaN/inf when the one input field's spec asks.
-        self._rows_finite = len(task.input_specs) == 1 and task.input_specs[0].finite_only
-        self.prediction_q: queue.SimpleQueue[PredictItem] = queue.SimpleQueue()
+        self.prediction_q: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self.training_q: queue.SimpleQueue[TrainItem] = queue.SimpleQueue()
         self.comms: dict[int, Communicator] = {}
         self.prediction_stats = BatchStats()
@@ -228,12 +226,7 @@ class ComputationWrapper:
         thread) that the prediction loop does not count as an agent.
         """
         comm = Communicator(
-            agent_id,
-            self,
-            prediction_sink if prediction_sink is not None else self.prediction_q,
-            self.training_q,
-            return_queue_factory(),
-            return_queue_factory(),
+            agent_id, self, prediction_sink if prediction_sink is not None else self.prediction_q, return_queue_factory
         )
         if register:
             # Registered communicators are the agents the prediction loop waits for.
@@ -257,19 +250,17 @@ class ComputationWrapper:
             traceback_text=self._error_tb,
         )
 
-    def fail(
-        self, exc: BaseException, tb: str, items: Sequence[tuple[Communicator, Any]] = (), kind: str = "predict"
-    ) -> None:
+    def fail(self, exc: BaseException, tb: str, comms: Sequence[Communicator] = (), kind: str = "predict") -> None:
         """Mark the wrapper dead because a loop (or the scheduler serving it) raised ``exc``.
 
-        The requests in ``items`` (taken from a queue but not answered) and every request still
+        The agents of ``comms`` (whose requests were taken but not answered) and every request still
         queued are answered with a :class:`WrapperError`; later requests raise it too.
         """
         if self.error is None:
             self._error_tb = tb
             self.error = exc
             logger.error("wrapper loop of task %r died: %s", self.task.name, tb)
-        for comm, _ in items:
+        for comm in comms:
             self._answer(comm, kind, Failure(self.failure_error(), self._error_tb, kind))
         self._fail_pending(None, "")
 
@@ -328,9 +319,9 @@ class ComputationWrapper:
     @staticmethod
     def _answer(comm: Communicator, kind: str, item: Any) -> None:
         if kind == "predict":
-            comm.put_prediction_return(item)
+            comm.answer(item)
         else:
-            comm.put_training_return(item)
+            comm.answer_learn(item)
 
     def _fail_pending(self, exc: BaseException | None, tb: str) -> None:
         """Answer every queued request with ``exc`` (None: this wrapper's WrapperError)."""
@@ -346,7 +337,7 @@ class ComputationWrapper:
                 if item is _WAKE:
                     woke = True
                     continue
-                comm = item[0]
+                comm = _comm_of(item)
                 if exc is None:
                     self._answer(comm, kind, Failure(self.failure_error(), self._error_tb, kind))
                 else:
@@ -384,7 +375,7 @@ class ComputationWrapper:
                     break
             if not items:
                 return items
-        samples = _samples(items[0][1])
+        samples = _samples(items[0])
         deadline = time.monotonic() + wait_s
         while samples < limit:
             try:
@@ -401,7 +392,7 @@ class ComputationWrapper:
                     continue
             if item is _WAKE:
                 continue  # stop() woke this wait: the loop above looks at the flag
-            n = _samples(item[1])
+            n = _samples(item)
             if samples + n > limit:
                 carry.append(item)
                 break
@@ -416,7 +407,7 @@ class ComputationWrapper:
         carry.clear()
 
     def _prediction_loop(self) -> None:
-        carry: list[PredictItem] = []
+        carry: list[Request] = []
         c = self.config
         while not self._stop.is_set():
             items = self._collect(self.prediction_q, carry, c.max_batch_size, 1, c.max_wait_s, linger=True)
@@ -444,29 +435,28 @@ class ComputationWrapper:
                     self._serve_guarded(items, "learn")
         self._end_loop(self.training_q, carry)
 
-    def try_serve_training(self, comm: Communicator, batch: TrainingBatch) -> bool:
-        """Serve ``batch`` on the calling thread if ``learn_on_caller`` allows it now; True when served.
-
-        Allowed when the batch alone is a whole learning call (``min_train_batch_size`` to
-        ``max_train_batch_size`` samples), no other training request is queued (those are
-        batched by the training loop) and no learning call is running. The answer goes to
-        ``comm``'s return queue as from the loop; a failure of serving itself kills the wrapper
-        as a loop failure would.
-        """
+    def submit_learning(self, comm: Communicator, batch: TrainingBatch) -> None:
+        """Queue ``comm``'s checked ``batch`` for the training loop, or, with ``learn_on_caller``, learn
+        from it on the calling thread when it alone is a whole learning call (``min_train_batch_size``
+        to ``max_train_batch_size`` samples), no other request is queued and no learning call runs.
+        Either way the answer goes to ``comm``; a failure of serving itself kills the wrapper as a loop
+        failure would."""
         c = self.config
-        if not c.learn_on_caller or self._stop.is_set() or not self.training_q.empty():
-            return False
-        if not c.min_train_batch_size <= batch.size <= c.max_train_batch_size:
-            return False
-        if not self._learn_lock.acquire(blocking=False):
-            return False
-        try:
-            self.serve_training([(comm, batch)])
-        except BaseException as exc:  # noqa: BLE001 - answered to the caller, the wrapper is dead
-            self.fail(exc, traceback.format_exc(), [(comm, batch)], "learn")
-        finally:
-            self._learn_lock.release()
-        return True
+        if (
+            c.learn_on_caller
+            and not self._stop.is_set()
+            and self.training_q.empty()
+            and c.min_train_batch_size <= batch.size <= c.max_train_batch_size
+            and self._learn_lock.acquire(blocking=False)
+        ):
+            try:
+                self.serve_training([(comm, batch)])
+            except BaseException as exc:  # noqa: BLE001 - answered to the caller, the wrapper is dead
+                self.fail(exc, traceback.format_exc(), [comm], "learn")
+            finally:
+                self._learn_lock.release()
+            return
+        self.training_q.put((comm, batch))
 
     def _end_loop(self, q: queue.SimpleQueue[Any], carry: list[Any]) -> None:
         """Put back what a stopping loop took but did not serve, and answer every queued request.
@@ -487,80 +477,48 @@ class ComputationWrapper:
             else:
                 self.serve_training(items)
         except BaseException as exc:
-            self.fail(exc, traceback.format_exc(), items, kind)
+            self.fail(exc, traceback.format_exc(), [_comm_of(item) for item in items], kind)
             raise
 
     # -------------------------------------------------------------- serving
-    def serve_predictions(self, items: Sequence[PredictItem]) -> None:
-        """Run one batched prediction for ``items`` and return each agent its rows.
+    def serve_predictions(self, requests: Sequence[Request]) -> None:
+        """Serve ``requests`` (taken by the prediction loop) and answer each agent with its row.
 
-        Requests asking for exploration and for greedy actions are served in
-        two calls. A task exception goes to every agent of the batch.
+        Requests asking for exploration and for greedy actions are served in two calls.
         """
-        for explore, group in explore_groups(items):
-            self._serve_prediction_group(group, explore)
+        for explore, group in explore_groups(requests):
+            served, result = self.predict_batch(group, explore)
+            if isinstance(result, Failure):
+                for request in served:
+                    request.comm.answer(result)
+            else:
+                for row, request in enumerate(served):
+                    request.comm.answer((result, row))
 
-    def _reject_nonfinite(self, items: Sequence[PredictItem]) -> list[PredictItem]:
-        """Fail the requests carrying NaN/inf (with a SpecError naming the agent); return the others."""
-        task, good = self.task, []
-        for comm, request in items:
-            try:
-                check_fields(
-                    request.batched_inputs(), task.input_specs, task=task.name, group="inputs", agent_id=comm.agent_id
-                )
-                check_fields(request.states, task.state_specs, task=task.name, group="states", agent_id=comm.agent_id)
-            except SpecError as exc:
-                comm.put_prediction_return(Failure(exc, traceback.format_exc(), "predict"))
-                continue
-            good.append((comm, request))
-        return good
+    def predict_batch(
+        self, requests: Sequence[Request], explore: bool
+    ) -> tuple[Sequence[Request], Prediction | Failure]:
+        """One ``task.predict`` call for ``requests`` (one explore flag): the requests served and their
+        prediction, row ``i`` for the ``i``-th of them, or the task's Failure for all of them.
 
-    def _serve_prediction_group(self, items: Sequence[PredictItem], explore: bool) -> None:
+        A request whose inputs or states hold NaN or inf (where the spec refuses them) is answered here
+        with its SpecError and left out of the call; the caller answers the others::
+
+            served, result = wrapper.predict_batch(requests, explore=True)
+            for row, request in enumerate(served):
+                request.comm.answer((result, row))
+        """
         task = self.task
         try:
-            requests = [r for _, r in items]
-            inputs, offsets = pack_requests(requests)
-            states = pack_fields([r.states for r in requests], validated=True)[0] if task.state_specs else {}
-            if not (all_finite(inputs, task.input_specs) and all_finite(states, task.state_specs)):
-                good = self._reject_nonfinite(items)
-                if good:
-                    self._serve_prediction_group(good, explore)
-                return
+            requests, inputs, states = pack_finite(requests, task)
+            if not requests:
+                return requests, NONE_SERVED
             pred = task.predict(inputs, states if task.state_specs else None, explore=explore, check=False)
-            check_prediction_rows(pred, offsets[-1], task.name)
+            check_prediction_rows(pred, len(requests), task.name)
         except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
-            tb = traceback.format_exc()
-            for comm, _ in items:
-                comm.put_prediction_return(Failure(exc, tb, "predict"))
-            return
-        self.record_prediction(len(items), offsets[-1])
-        answer_predictions(items, pred, offsets)
-
-    def predict_rows(self, values: Sequence[np.ndarray], explore: bool) -> Prediction | Failure | None:
-        """One batched prediction of one-sample requests of a task with one input field and no states.
-
-        ``values`` are that field's samples, each already checked against its
-        spec (shape and dtype); row ``i`` of the prediction answers ``values[i]``.
-        What a scheduler that serves in place (the coroutine hub) calls for the
-        requests of :meth:`Communicator.row_requester`. Returns a
-        :class:`Failure` for every row when the task raised, and None when a
-        row holds NaN or inf (serve those as requests with
-        :meth:`serve_predictions`, which fails only the agents at fault)::
-
-            result = wrapper.predict_rows([obs_a, obs_b], explore=True)
-            action_b = result.actions["action"][1]
-        """
-        task, rows = self.task, len(values)
-        try:
-            batch = stack_rows(values)
-            if self._rows_finite and batch.size and not all_finite_array(batch):
-                return None
-            pred = task.predict_field(batch, explore)
-            check_prediction_rows(pred, rows, task.name)
-        except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
-            return Failure(exc, traceback.format_exc(), "predict")
-        self.record_prediction(rows, rows)
-        return pred
+            return requests, Failure(exc, traceback.format_exc(), "predict")
+        self.record_prediction(len(requests), len(requests))
+        return requests, pred
 
     def record_prediction(self, requests: int, samples: int) -> None:
         """Count one prediction call of ``requests`` requests and ``samples`` samples in
@@ -588,51 +546,82 @@ class ComputationWrapper:
         except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
             tb = traceback.format_exc()
             for comm, _ in items:
-                comm.put_training_return(Failure(exc, tb, "learn"))
+                comm.answer_learn(Failure(exc, tb, "learn"))
             return
         with self._stats_lock:
             self.training_stats.record(len(items), offsets[-1])
             self.last_metrics = dict(result.metrics)
         for i, (comm, _) in enumerate(items):
-            comm.put_training_return(LearnResult(per_sample=per_agent[i], metrics=dict(result.metrics)))
+            comm.answer_learn(LearnResult(per_sample=per_agent[i], metrics=dict(result.metrics)))
 
 
-def explore_groups(items: Sequence[PredictItem]) -> list[tuple[bool, Sequence[PredictItem]]]:
-    """``items`` grouped by their explore flag, in order of first appearance; one group (the items
+def explore_groups(requests: Sequence[Request]) -> list[tuple[bool, Sequence[Request]]]:
+    """``requests`` grouped by their explore flag, in order of first appearance; one group (the requests
     themselves, no copy) in the common round where every request asks the same."""
-    if not items:
+    if not requests:
         return []
-    explore = items[0][1].explore
-    if all(item[1].explore == explore for item in items):
-        return [(explore, items)]
-    groups: dict[bool, list[PredictItem]] = {}
-    for item in items:
-        groups.setdefault(item[1].explore, []).append(item)
+    flags = set(map(_explore_of, requests))
+    if len(flags) == 1:
+        return [(requests[0].explore, requests)]
+    groups: dict[bool, list[Request]] = {}
+    for r in requests:
+        groups.setdefault(r.explore, []).append(r)
     return list(groups.items())
 
 
-def pack_requests(requests: Sequence[PredictRequest]) -> tuple[dict[str, np.ndarray], list[int]]:
-    """The inputs of validated prediction requests packed into one batch, and the row offsets.
+def pack_requests(
+    requests: Sequence[Request], state_specs: Sequence[FieldSpec]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The checked inputs of one-sample requests stacked into one batch (row ``i`` from request ``i``),
+    and their states (one row each) concatenated."""
+    samples = list(map(_inputs_of, requests))
+    first = samples[0]
+    if len(first) == 1:
+        ((key, _),) = first.items()
+        inputs = {key: stack_rows([sample[key] for sample in samples])}
+    else:
+        inputs = {key: stack_rows([sample[key] for sample in samples]) for key in first}
+    if not state_specs:
+        return inputs, {}
+    return inputs, {s.name: np.concatenate([r.states[s.name] for r in requests]) for s in state_specs}
 
-    Single requests (one sample without a sample axis) are stacked in one
-    call per field; a mix with multi-sample requests is concatenated.
-    """
-    if not requests:
-        return {}, [0]
-    n = len(requests)
-    if all(r.single for r in requests):
-        keys = requests[0].inputs.keys()
-        return {k: np.array([r.inputs[k] for r in requests]) for k in keys}, list(range(n + 1))
-    return pack_fields([r.batched_inputs() for r in requests], validated=True)
+
+_inputs_of = operator.itemgetter(1)  # Request.inputs, without a Python call per request
+_explore_of = operator.itemgetter(3)  # Request.explore
 
 
-def answer_predictions(items: Sequence[PredictItem], pred: Prediction, offsets: Sequence[int]) -> None:
-    """Give each request of ``items`` its rows of ``pred``; a single request gets ``(pred, row)``."""
-    for i, (comm, request) in enumerate(items):
-        if request.single:
-            comm.prediction_return_q.put((pred, offsets[i]))
-        else:
-            comm.prediction_return_q.put(slice_prediction(pred, offsets[i], offsets[i + 1]))
+def pack_finite(
+    requests: Sequence[Request], task: TaskSpecsLike
+) -> tuple[Sequence[Request], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """:func:`pack_requests` of the requests whose inputs and states hold no NaN or inf where their spec
+    refuses them; the others are answered here with a SpecError naming their agent. Returns the requests
+    packed (none when every one was refused) with their inputs and states."""
+    inputs, states = pack_requests(requests, task.state_specs)
+    if all_finite(inputs, task.input_specs) and all_finite(states, task.state_specs):
+        return requests, inputs, states
+    good = []
+    for request in requests:
+        agent = request.comm.agent_id
+        try:
+            check_fields(
+                request.inputs, task.input_specs, task=task.name, group="inputs", batched=False, agent_id=agent
+            )
+            check_fields(request.states, task.state_specs, task=task.name, group="states", agent_id=agent)
+        except SpecError as exc:
+            request.comm.answer(Failure(exc, traceback.format_exc(), "predict"))
+            continue
+        good.append(request)
+    if not good:
+        return good, {}, {}
+    return good, *pack_requests(good, task.state_specs)
+
+
+class TaskSpecsLike(Protocol):
+    """What :func:`pack_finite` reads of a task: a ComputationTask, or a worker's description of one."""
+
+    name: str
+    input_specs: list[FieldSpec]
+    state_specs: list[FieldSpec]
 
 
 def check_prediction_rows(pred: Prediction, rows: int, task: str) -> None:
@@ -651,7 +640,14 @@ _WAKE: Any = object()
 """Put in a wrapper's queues by ``stop`` to wake a loop blocked on an empty queue; never a request."""
 
 
-def _samples(request: Any) -> int:
-    if isinstance(request, PredictRequest):
-        return request.samples
-    return int(request.size)
+NONE_SERVED = Failure(RuntimeError("every request was answered with its own error"), "", "predict")
+"""What :meth:`ComputationWrapper.predict_batch` returns beside an empty list of requests served (no one gets it)."""
+
+
+def _samples(item: Any) -> int:
+    return 1 if type(item) is Request else int(item[1].size)
+
+
+def _comm_of(item: Any) -> Communicator:
+    """The communicator of a queued item: a prediction :class:`Request` or a ``(comm, batch)`` pair."""
+    return item.comm if type(item) is Request else item[0]

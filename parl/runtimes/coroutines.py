@@ -21,16 +21,15 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import greenlet
 import numpy as np
 
-from parl.framework.communicator import ActTarget, Communicator, Failure, PredictRequest, RowActor, RowRequester
-from parl.framework.computation_wrapper import ComputationWrapper, PredictItem
+from parl.framework.communicator import Communicator, Failure, Request
+from parl.framework.computation_wrapper import ComputationWrapper, explore_groups
 from parl.framework.errors import RunStopped
-from parl.framework.types import Prediction
 from parl.runtimes.base import LocalRuntime
 from parl.runtimes.control import AgentSlot, RunControl, run_agent_loop
 from parl.runtimes.waits import Readable, thread_waiter
@@ -50,13 +49,12 @@ FEEDS_RATE = 0.1
 class _HubReturnQueue:
     """A return queue whose reader is a greenlet of ``hub``; any thread may put."""
 
-    __slots__ = ("hub", "items", "waiter", "comm")
+    __slots__ = ("hub", "items", "waiter")
 
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
         self.items: deque[Any] = deque()
         self.waiter: greenlet.greenlet | None = None
-        self.comm: Communicator | None = None  # set by row_requester: whom a row's failure is for
 
     def put(self, item: Any) -> None:
         if threading.get_ident() == self.hub.thread_id:
@@ -69,37 +67,9 @@ class _HubReturnQueue:
             if self.hub.io_sleeping:
                 self.hub.wake()
 
-    def row_requester(self, comm: Communicator) -> RowRequester:
-        """``comm.predict_row`` as one call with everything it touches in one object: the request of
-        every agent step, queued in its sink's row lane and answered by this hub (anything but the
-        common array goes to ``comm``)."""
-        route = _RowRoute.make(self, comm, None, "", comm.predict_row)
-        return route.request if route is not None else comm.predict_row
-
-    def row_actor(self, comm: Communicator, helper: ActTarget, action: str, fallback: RowActor) -> RowActor | None:
-        """``AgentHelper.act`` for ``helper`` in one call: :meth:`row_requester`'s request, then the row's
-        ``action`` field, with the step recorded in ``helper`` as ``act`` records it. What the request
-        does not take goes to ``fallback``, the helper's own ``act``."""
-        route = _RowRoute.make(self, comm, helper, action, fallback)
-        return route.request if route is not None else None
-
-    def finish(self, value: Any) -> tuple[np.ndarray, Prediction, int]:
-        """A row request's wait after a wake-up without its answer: ``(value, prediction, row)``,
-        handed over in a switch or taken from the queue (``(prediction, row)``, or a general answer)."""
-        comm = self.comm
-        assert comm is not None  # set with the request's route
-        check = comm.wrapper.check_alive
-        if not self.items:
-            check()  # woken without an answer: a dead wrapper says so before the next wait
-        answer = self.get(check)
-        if type(answer) is tuple:
-            # Three items: handed over by the hub's round; two: a row left in the queue.
-            return answer if len(answer) == 3 else (value, answer[0], answer[1])  # type: ignore[return-value]
-        return value, comm.unwrap(answer), 0
-
     def get(self, check: Callable[[], None]) -> Any:
         """The next answer, waiting for it: taken from the queue, or handed over in the switch that
-        wakes this agent (the hub's round does that for row requests, :meth:`Hub._serve_rows`)."""
+        wakes this agent (the hub's round does that for predictions, :meth:`Hub._serve_lane`)."""
         hub = self.hub
         items = self.items
         # ``check`` runs only after a wake-up without an answer: a request is always answered (served,
@@ -107,7 +77,7 @@ class _HubReturnQueue:
         while not items:
             if hub.stopping:
                 raise RunStopped("the hub is stopping")
-            self.waiter = greenlet.getcurrent()
+            self.waiter = _getcurrent()
             handed = hub.main.switch()
             if handed:
                 return handed
@@ -116,136 +86,27 @@ class _HubReturnQueue:
         return items.popleft()
 
 
-class _RowRoute:
-    """One helper's one-sample request on a hub, as one object whose bound ``request`` is called at
-    every agent step: what the call reads sits in its slots (a closure would copy a dozen cells into
-    the call's frame and release them again, each step).
+class _Lane(list):  # type: ignore[type-arg]
+    """A task's requests waiting on a hub, in the order they came: a list whose ``put`` is ``append``."""
 
-    ``request(value, explore)`` returns ``(sent, prediction, row)`` when ``helper`` is None (the row
-    requester); else the row's ``action`` field, recording the step in ``helper`` (the act of an
-    ``AgentHelper``). Anything but an array of the input's shape and dtype, a stopping hub, and an
-    answer not taken yet (a failure) go to ``fallback``. The hub answers by switching to the waiting
-    agent with ``(value, prediction, row)``, or fails the round's rows when the wrapper is dead or
-    stopping (:meth:`Hub._serve_rows`).
-    """
-
-    __slots__ = (
-        "queue", "hub", "sink", "shape", "dtype", "helper", "action", "fallback", "explore_lane", "greedy_lane"
-    )  # fmt: skip
-
-    acts_for_helper = True
-    """Errors raised here are ``helper``'s: an agent's failure names its task (``control._name_the_task``)."""
-
-    def __init__(
-        self,
-        queue: _HubReturnQueue,
-        sink: _PendingSink,
-        only: tuple[str, tuple[int, ...], np.dtype],
-        helper: ActTarget | None,
-        action: str,
-        fallback: Callable[[Any, bool], Any],
-    ) -> None:
-        self.queue, self.hub, self.sink = queue, queue.hub, sink
-        _, self.shape, self.dtype = only
-        self.helper, self.action, self.fallback = helper, action, fallback
-        self.explore_lane, self.greedy_lane = sink.explore_lane, sink.greedy_lane
-
-    @classmethod
-    def make(
-        cls,
-        queue: _HubReturnQueue,
-        comm: Communicator,
-        helper: ActTarget | None,
-        action: str,
-        fallback: Callable[[Any, bool], Any],
-    ) -> _RowRoute | None:
-        """The route of ``comm``'s requests through ``queue``; None when they do not go to the hub's row lanes."""
-        only, sink = comm.single_input, comm.prediction_q
-        if only is None or type(sink) is not _PendingSink:
-            return None
-        queue.comm = comm
-        return cls(queue, sink, only, helper, action, fallback)
-
-    def request(self, value: Any, explore: bool = True) -> Any:
-        q, hub = self.queue, self.hub
-        if (
-            type(value) is not _ndarray
-            or value.shape != self.shape
-            or (value.dtype is not self.dtype and value.dtype != self.dtype)
-            or hub.stopping
-            or q.items  # an answer not taken (a failure left by a stop): the general wait raises it
-            or (explore is not True and explore is not False)  # the general path checks the flag
-        ):
-            return self.fallback(value, explore)
-        sink = self.sink
-        if not sink.queued:
-            sink.queued = True
-            hub.pending.append(sink)
-        lane = self.explore_lane if explore else self.greedy_lane
-        lane.values.append(value)
-        lane.queues.append(q)
-        q.waiter = _getcurrent()
-        answer = hub.main.switch()
-        if not answer:
-            answer = q.finish(value)
-        helper = self.helper
-        if helper is None:
-            return answer
-        chosen = answer[1].actions[self.action][answer[2]]
-        helper._act = (value, answer, chosen)
-        helper._step_open = True
-        return chosen
-
-
-class _RowLane:
-    """One-sample requests of one explore flag waiting for a round: the arrays, and the return queue of
-    each (filled in place by the agents' row requesters, emptied in place when served)."""
-
-    __slots__ = ("values", "queues")
-
-    def __init__(self) -> None:
-        self.values: list[np.ndarray] = []
-        self.queues: list[_HubReturnQueue] = []
-
-    def take(self) -> tuple[list[np.ndarray], list[_HubReturnQueue]]:
-        """What is waiting, leaving the lane empty."""
-        values, queues = self.values[:], self.queues[:]
-        self.values.clear()
-        self.queues.clear()
-        return values, queues
+    __slots__ = ()
+    put = list.append
 
 
 class _PendingSink:
-    """The hub's prediction requests for one wrapper: general requests with how many samples they hold,
-    and the one-sample requests of row requesters in two lanes (explore, greedy)."""
+    """A hub's waiting requests for one wrapper, and how often the agents it answers go on to another task."""
 
-    __slots__ = ("hub", "wrapper", "items", "samples", "queued", "explore_lane", "greedy_lane", "feeds")
+    __slots__ = ("wrapper", "requests", "feeds")
 
-    def __init__(self, hub: Hub, wrapper: ComputationWrapper) -> None:
-        self.hub = hub
+    def __init__(self, wrapper: ComputationWrapper) -> None:
         self.wrapper = wrapper
-        self.items: list[PredictItem] = []
-        self.samples = 0
-        self.queued = False  # in the hub's pending list
-        self.explore_lane = _RowLane()
-        self.greedy_lane = _RowLane()
+        self.requests = _Lane()
         self.feeds = 0.0
         """Of the agents this sink answers, the share that goes on to another task of the hub before its next
         wait (a running mean): the hub serves the sinks that feed others first."""
 
     def feeds_of(self) -> float:
         return self.feeds
-
-    def waiting(self) -> int:
-        """Samples waiting to be served."""
-        return self.samples + len(self.explore_lane.values) + len(self.greedy_lane.values)
-
-    def put(self, item: PredictItem) -> None:
-        if not self.queued:
-            self.queued = True
-            self.hub.pending.append(self)
-        self.items.append(item)
-        self.samples += item[1].samples
 
 
 class Hub:
@@ -257,8 +118,6 @@ class Hub:
         self.thread_id = -1
         self.runnable: deque[greenlet.greenlet] = deque()
         self.inbox: queue.SimpleQueue[tuple[_HubReturnQueue, Any]] = queue.SimpleQueue()
-        # The sinks holding requests, in the order their first request came.
-        self.pending: list[_PendingSink] = []
         self._sinks: dict[ComputationWrapper, _PendingSink] = {}
         self.slots: list[AgentSlot] = []
         self.agent_ids: frozenset[int] = frozenset()
@@ -277,10 +136,11 @@ class Hub:
     def return_queue(self) -> _HubReturnQueue:
         return _HubReturnQueue(self)
 
-    def sink(self, wrapper: ComputationWrapper) -> _PendingSink:
+    def sink(self, wrapper: ComputationWrapper) -> _Lane:
+        """Where this hub's agents put their requests to ``wrapper``."""
         if wrapper not in self._sinks:
-            self._sinks[wrapper] = _PendingSink(self, wrapper)
-        return self._sinks[wrapper]
+            self._sinks[wrapper] = _PendingSink(wrapper)
+        return self._sinks[wrapper].requests
 
     def start(self, control: RunControl) -> None:
         self.thread = threading.Thread(target=self._run, args=(control,), name=f"parl-hub-{self.index}", daemon=True)
@@ -327,7 +187,7 @@ class Hub:
                 self._wake_io(0.0)
             if self.runnable:
                 continue
-            if self.pending and not self._learners_returning():
+            if self._has_requests() and not self._learners_returning():
                 self._serve_pending()
                 continue
             self._idle()
@@ -339,6 +199,9 @@ class Hub:
                 for g in agents:
                     if not g.dead and g not in waiting:
                         self.runnable.append(g)
+
+    def _has_requests(self) -> bool:
+        return any(sink.requests for sink in self._sinks.values())
 
     def _learners_returning(self) -> bool:
         """Whether an agent of this hub is inside a running learning call: it is answered without any
@@ -470,107 +333,72 @@ class Hub:
         goes on to another task of this round (a goal, then the move it conditions) joins that task's batch.
         Which task feeds the others is learnt from the rounds served so far (:attr:`_PendingSink.feeds`).
         """
-        pending, self.pending = self.pending, []
         self.rounds += 1
-        while pending:
-            sink = max(pending, key=_PendingSink.feeds_of) if len(pending) > 1 else pending[0]
-            pending.remove(sink)
-            sink.queued = False
-            several = len(self._sinks) > 1
-            served = sink.waiting() if several else 0
-            elsewhere = self._waiting_except(sink) if several else 0
-            if sink.items:
-                self._serve_items(sink)
-            # Both lanes are taken before either is served: agents resumed while the first is served
-            # may queue new requests, which wait for the next round, whatever their explore flag.
-            lanes = [(explore, lane.take()) for explore, lane in ((True, sink.explore_lane), (False, sink.greedy_lane))]
-            for explore, (values, queues) in lanes:
-                if values:
-                    self._serve_rows(sink.wrapper, values, queues, explore)
-            if served:
-                went_on = (self._waiting_except(sink) - elsewhere) / served
-                sink.feeds += FEEDS_RATE * (went_on - sink.feeds)
+        sinks = list(self._sinks.values())
+        if len(sinks) == 1:
+            self._serve_sink(sinks[0])
+            return
+        while True:
+            waiting = [s for s in sinks if s.requests]
+            if not waiting:
+                return
+            sink = max(waiting, key=_PendingSink.feeds_of) if len(waiting) > 1 else waiting[0]
+            sinks.remove(sink)
+            served = len(sink.requests)
+            elsewhere = sum(len(s.requests) for s in sinks)
+            self._serve_sink(sink)
+            went_on = (sum(len(s.requests) for s in sinks) - elsewhere) / served
+            sink.feeds += FEEDS_RATE * (went_on - sink.feeds)
 
-    def _waiting_except(self, sink: _PendingSink) -> int:
-        return sum(other.waiting() for other in self._sinks.values() if other is not sink)
+    def _serve_sink(self, sink: _PendingSink) -> None:
+        # Every request waiting is taken before any is served: agents resumed meanwhile may queue new
+        # ones, which wait for the next round, whatever their explore flag.
+        requests = sink.requests[:]
+        sink.requests.clear()
+        for explore, group in explore_groups(requests):
+            self._serve_lane(sink.wrapper, group, explore)
 
-    def _serve_items(self, sink: _PendingSink) -> None:
-        wrapper, items, samples = sink.wrapper, sink.items, sink.samples
-        sink.items, sink.samples = [], 0
-        limit = wrapper.config.max_batch_size
-        chunks: list[list[PredictItem]] = [items] if samples <= limit else _chunks(items, limit)
-        for i, chunk in enumerate(chunks):
-            if wrapper.error is not None:
-                # The wrapper died (here or in its training loop): answer, do not serve.
-                wrapper.fail(wrapper.error, "", chunk, "predict")
-                continue
-            if wrapper.stopping:
-                # As a wrapper's own loop: no new task call after a stop (the row lanes do the same).
-                stopped = Failure(RunStopped(f"task {wrapper.task.name!r} is stopping"), "", "predict")
-                for comm, _ in chunk:
-                    comm.put_prediction_return(stopped)
-                continue
-            try:
-                wrapper.serve_predictions(chunk)
-            except Exception as exc:  # noqa: BLE001 - serving itself failed (task errors are answered inside)
-                # This hub stands in for the wrapper's prediction loop: the wrapper is dead.
-                wrapper.fail(exc, traceback.format_exc(), [it for c in chunks[i:] for it in c], "predict")
-                break
+    def _serve_lane(self, wrapper: ComputationWrapper, requests: Sequence[Request], explore: bool) -> None:
+        """Serve requests of one explore flag in calls of at most ``max_batch_size``; hand each agent its row.
 
-    def _serve_rows(
-        self, wrapper: ComputationWrapper, values: list[np.ndarray], queues: list[_HubReturnQueue], explore: bool
-    ) -> None:
-        """Serve a lane's one-sample requests (``values`` and the return queue of each) in batched calls,
-        handing each agent ``(value, prediction, row)``.
-
-        A waiting agent is switched to with its row and runs to its next wait before the next agent
-        gets its own, as the floor's scheduler does: no queue or scheduler pass per agent step. The
-        lane's agents are resumed last request first (over all its calls), so rounds alternate order.
+        A waiting agent is switched to with its answer and runs to its next wait before the next agent
+        gets its own: no queue or scheduler pass per agent step. The lane's agents are resumed last
+        request first (over all its calls), so rounds alternate order.
         """
         limit = wrapper.config.max_batch_size
-        # Calls of at most ``limit`` rows, the last rows' call first (see the order of agents below).
-        for lo in reversed(range(0, len(values), limit)):
-            vs, qs = (values, queues) if len(values) <= limit else (values[lo : lo + limit], queues[lo : lo + limit])
+        for lo in reversed(range(0, len(requests), limit)):  # the last rows' call first (see the order below)
+            chunk = requests if len(requests) <= limit else requests[lo : lo + limit]
+            if wrapper.error is not None:
+                # The wrapper died (here or in its training loop): answer, do not serve.
+                wrapper.fail(wrapper.error, "", [r.comm for r in chunk], "predict")
+                continue
+            if wrapper.stopping:
+                # As a wrapper's own loop: no new task call after a stop.
+                stopped = Failure(RunStopped(f"task {wrapper.task.name!r} is stopping"), "", "predict")
+                for r in chunk:
+                    r.comm.answer(stopped)
+                continue
             try:
-                # The row requests do not look at the wrapper's state (once per agent step): its round does.
-                if wrapper.error is not None:
-                    # The wrapper died (here or in its training loop): answer, do not serve.
-                    wrapper.fail(wrapper.error, "", _row_items(wrapper, qs, vs, explore), "predict")
-                    continue
-                if wrapper.stopping:
-                    stopped = Failure(RunStopped(f"task {wrapper.task.name!r} is stopping"), "", "predict")
-                    for q in qs:
-                        q.put(stopped)
-                    continue
-                result = wrapper.predict_rows(vs, explore)
-                if result is None:
-                    # A row holds NaN or inf: as requests, so that only its agent gets the error.
-                    wrapper.serve_predictions(_row_items(wrapper, qs, vs, explore))
-                    continue
+                served, result = wrapper.predict_batch(chunk, explore)
             except Exception as exc:  # noqa: BLE001 - serving itself failed (task errors come back as a Failure)
-                # This call's rows and those of the calls not served yet (the earlier rows).
-                rest = lo + len(qs)
-                wrapper.fail(
-                    exc, traceback.format_exc(), _row_items(wrapper, queues[:rest], values[:rest], explore), "predict"
-                )
+                # This call's requests and those of the calls not served yet (the earlier ones).
+                wrapper.fail(exc, traceback.format_exc(), [r.comm for r in requests[: lo + len(chunk)]], "predict")
                 break
             if isinstance(result, Failure):
-                for q in qs:
-                    q.put(result)
+                for r in served:
+                    r.comm.answer(result)
                 continue
             # Agents are resumed in the reverse of the order their requests came in. Each queues its next
             # request when it has run, so every round's order is the reverse of the one before: the agents
-            # that ran last, whose objects and env are still in the caches, run first. In the same order
-            # every round, each agent's memory would be the least recently used when its turn came, and
-            # with many agents a core's L2 holds no agent from one round to the next.
-            for i in range(len(qs) - 1, -1, -1):
-                q = qs[i]
-                waiter = q.waiter
+            # that ran last, whose memory is still in the caches, run first.
+            for row in range(len(served) - 1, -1, -1):
+                q = served[row][0].predictions  # (its comm)
+                waiter = q.waiter  # type: ignore[attr-defined]
                 if waiter is not None:
-                    q.waiter = None
-                    waiter.switch((vs[i], result, i))  # back here at the agent's next wait
+                    q.waiter = None  # type: ignore[attr-defined]
+                    waiter.switch((result, row))  # back here at the agent's next wait
                 else:  # woken already for another reason (in the runnable queue): it finds its row there
-                    q.items.append((result, i))  # as the general path answers: (prediction, row)
+                    q.items.append((result, row))  # type: ignore[attr-defined]
 
     def _shutdown(self, agents: list[greenlet.greenlet]) -> None:
         self.stopping = True
@@ -592,31 +420,6 @@ class _IoWait:
 
     def __init__(self, agent: greenlet.greenlet, deadline: float | None) -> None:
         self.agent, self.deadline = agent, deadline
-
-
-def _row_items(
-    wrapper: ComputationWrapper, queues: list[_HubReturnQueue], values: list[np.ndarray], explore: bool
-) -> list[PredictItem]:
-    """One-sample requests of a row lane as the general ``(communicator, request)`` pairs."""
-    key = wrapper.task.input_specs[0].name
-    items: list[PredictItem] = []
-    for q, v in zip(queues, values):
-        assert q.comm is not None  # set by row_requester, the only writer to a lane
-        items.append((q.comm, PredictRequest({key: v}, {}, explore, single=True)))
-    return items
-
-
-def _chunks(items: list[PredictItem], limit: int) -> list[list[PredictItem]]:
-    """``items`` cut, in order, into calls of at most ``limit`` samples (a larger request alone)."""
-    chunks: list[list[PredictItem]] = [[]]
-    samples = 0
-    for item in items:
-        if chunks[-1] and samples + item[1].samples > limit:
-            chunks.append([])
-            samples = 0
-        chunks[-1].append(item)
-        samples += item[1].samples
-    return chunks
 
 
 class CoroutineRuntime(LocalRuntime):

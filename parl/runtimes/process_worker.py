@@ -29,15 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from parl.data.packing import pack_fields, stack_rows
-from parl.data.specs import SpecError, all_finite, check_fields
 from parl.framework.agent import Agent
-from parl.framework.communicator import Communicator, Failure, PredictRequest
+from parl.framework.communicator import Communicator, Failure, Request
 from parl.framework.computation_wrapper import (
-    answer_predictions,
+    NONE_SERVED,
     check_prediction_rows,
-    explore_groups,
-    pack_requests,
+    pack_finite,
 )
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import Prediction, TrainingBatch
@@ -112,16 +109,29 @@ class RemoteWrapper:
         self.stopping = False
         """The learner's stop event as last read (once per prediction round, not per agent step:
         reading a process-shared event costs about 0.4 µs); ``check_alive`` reads it directly."""
-        self.comms: dict[int, Communicator] = {}
-        # Each agent's current communicator has a token of its own, which its learn requests carry and
-        # their results bring back: a result for an agent that failed and was rebuilt meanwhile is not
-        # given to its successor (which would take it as the answer to its own next request).
-        self.tokens: dict[int, int] = {}
+        # Each learn request carries a token of its own, which its result brings back to the communicator
+        # that sent it. An agent rebuilt after a failure forgets its predecessor's tokens: a result on its
+        # way is not given to the successor (which would take it as the answer to its own next request).
+        self.learning: dict[int, Communicator] = {}
         self._tokens = itertools.count(1)
+        self._lock = threading.Lock()  # (results are read by the worker's reader thread)
 
-    def try_serve_training(self, comm: Communicator, batch: TrainingBatch) -> bool:
-        """Learning runs in the learner process: never on a worker's thread (``learn_on_caller`` has no effect)."""
-        return False
+    def submit_learning(self, comm: Communicator, batch: TrainingBatch) -> None:
+        """Send ``comm``'s batch to the learner, which learns in its process (``learn_on_caller`` has no effect
+        here); the result comes back by message (:meth:`learn_result`)."""
+        token = next(self._tokens)
+        with self._lock:
+            self.learning[token] = comm
+        self.msg.send(("learn", self.index, comm.agent_id, token, batch))
+
+    def learn_result(self, token: int, item: Any) -> None:
+        """The learner's answer to the learn request ``token``, for the communicator that sent it."""
+        with self._lock:
+            comm = self.learning.pop(token, None)
+        if comm is None:
+            logger.debug("dropped a learn result of task %r for an agent rebuilt since", self.task.name)
+        else:
+            comm.answer_learn(item)
 
     def check_alive(self) -> None:
         if self.error is not None:
@@ -129,56 +139,34 @@ class RemoteWrapper:
         if self.msg.stop_event.is_set():
             raise RunStopped("the run is stopping")
 
-    def fail(
-        self, exc: BaseException, tb: str, items: Sequence[tuple[Communicator, Any]] = (), kind: str = "predict"
-    ) -> None:
-        """Serving failed in this worker (not in the task): the wrapper is dead here; answer ``items``.
+    def fail(self, exc: BaseException, tb: str, comms: Sequence[Communicator] = (), kind: str = "predict") -> None:
+        """Serving failed in this worker (not in the task): the wrapper is dead here; answer ``comms``.
 
         What the hub calls when serving a round raised, as for a :class:`ComputationWrapper`.
         """
         if self.error is None:
             self.error = exc
             logger.error("worker-side serving of task %r failed: %s", self.task.name, tb)
-        for comm, _ in items:
+        for comm in comms:
             error = WrapperError(f"task {self.task.name!r}: {self.error}", task=self.task.name, original=self.error,
                                  traceback_text=tb)  # fmt: skip
-            comm.put_prediction_return(Failure(error, tb, kind))
+            comm.answer(Failure(error, tb, kind))
 
     def create_communicator(self, agent_id: int, return_queue_factory: Callable[[], Any], sink: Any) -> Communicator:
-        training = _RemoteTrainingSink(self)
-        comm = Communicator(agent_id, self, sink, training, return_queue_factory(), return_queue_factory())  # type: ignore[arg-type]
-        self.comms[agent_id] = comm
-        self.tokens[agent_id] = next(self._tokens)
-        return comm
+        with self._lock:  # a rebuilt agent: its predecessor's results go to no one
+            self.learning = {t: c for t, c in self.learning.items() if c.agent_id != agent_id}
+        return Communicator(agent_id, self, sink, return_queue_factory)  # type: ignore[arg-type]
 
-    def serve_predictions(self, items: Sequence[tuple[Communicator, PredictRequest]]) -> None:
+    def predict_batch(
+        self, requests: Sequence[Request], explore: bool
+    ) -> tuple[Sequence[Request], Prediction | Failure]:
+        """:meth:`ComputationWrapper.predict_batch` through the learner (one round trip), or on this worker's
+        replica."""
         self.stopping = self.msg.stop_event.is_set()
-        for explore, group in explore_groups(items):
-            self._serve(group, explore)
-
-    def predict_rows(self, values: Sequence[np.ndarray], explore: bool) -> Prediction | Failure | None:
-        """:meth:`ComputationWrapper.predict_rows` through the learner: one round trip for the rows."""
-        self.stopping = self.msg.stop_event.is_set()
-        inputs = {self.task.input_specs[0].name: stack_rows(values)}
-        if not all_finite(inputs, self.task.input_specs):
-            return None
-        return self._exchange(inputs, {}, len(values), explore, len(values))
-
-    def _serve(self, items: Sequence[tuple[Communicator, PredictRequest]], explore: bool) -> None:
-        requests = [r for _, r in items]
-        inputs, offsets = pack_requests(requests)
-        if not all_finite(inputs, self.task.input_specs):
-            items = _reject_nonfinite(self.task, items)
-            if items:
-                self._serve(items, explore)
-            return
-        states = pack_fields([r.states for r in requests])[0] if self.task.state_specs else {}
-        result = self._exchange(inputs, states, offsets[-1], explore, len(items))
-        if isinstance(result, Failure):
-            for comm, _ in items:
-                comm.put_prediction_return(result)
-            return
-        answer_predictions(items, result, offsets)
+        requests, inputs, states = pack_finite(requests, self.task)
+        if not requests:
+            return requests, NONE_SERVED
+        return requests, self._exchange(inputs, states, len(requests), explore, len(requests))
 
     def _exchange(
         self, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray], rows: int, explore: bool, requests: int
@@ -245,34 +233,6 @@ class RemoteWrapper:
             return Failure(exc, traceback.format_exc(), "predict")
         self.msg.prediction(self.index, requests, rows)
         return pred
-
-
-def _reject_nonfinite(
-    task: TaskSpecs, items: Sequence[tuple[Communicator, PredictRequest]]
-) -> list[tuple[Communicator, PredictRequest]]:
-    good = []
-    for comm, request in items:
-        try:
-            check_fields(
-                request.batched_inputs(), task.input_specs, task=task.name, group="inputs", agent_id=comm.agent_id
-            )
-        except SpecError as exc:
-            comm.put_prediction_return(Failure(exc, traceback.format_exc(), "predict"))
-            continue
-        good.append((comm, request))
-    return good
-
-
-class _RemoteTrainingSink:
-    """The ``training_q`` of a remote communicator: sends the batch to the learner."""
-
-    def __init__(self, wrapper: RemoteWrapper) -> None:
-        self.wrapper = wrapper
-
-    def put(self, item: tuple[Communicator, TrainingBatch]) -> None:
-        comm, batch = item
-        w = self.wrapper
-        w.msg.send(("learn", w.index, comm.agent_id, w.tokens[comm.agent_id], batch))
 
 
 EPISODE_REPORT_S = 0.02
@@ -488,16 +448,11 @@ class Worker:
         )
         self.control.messenger = self.messenger
         self.control.counts_steps = spec.step_budget  # the learner's budget (its control stops the run)
-        self.comms: dict[tuple[int, int], Communicator] = {}
 
     def build(self, agent_id: int) -> Agent:
         # Fresh communicators for a rebuilt agent too, as on every runtime: nothing meant for the
         # failed agent (a learn result on its way) reaches its successor.
-        comms = []
-        for i, w in enumerate(self.wrappers):
-            comm = w.create_communicator(agent_id, self.hub.return_queue, self.hub.sink(w))  # type: ignore[arg-type]
-            self.comms[(i, agent_id)] = comm
-            comms.append(comm)
+        comms = [w.create_communicator(agent_id, self.hub.return_queue, self.hub.sink(w)) for w in self.wrappers]  # type: ignore[arg-type]
         return self.builder.build(agent_id, comms, self.control.record_fault)
 
     def read_results(self) -> None:
@@ -513,11 +468,8 @@ class Worker:
                 self.report(("failure", -1, error, traceback.format_exc(), False))
                 continue
             if msg[0] == "learn_result":
-                _, task_index, agent_id, token, item = msg
-                if self.wrappers[task_index].tokens.get(agent_id) == token:
-                    self.comms[(task_index, agent_id)].put_training_return(item)
-                else:
-                    logger.debug("dropped a learn result for agent %d, which was rebuilt since", agent_id)
+                _, task_index, _, token, item = msg
+                self.wrappers[task_index].learn_result(token, item)
             elif msg[0] == "helper_state":
                 self.hub.requests.put(functools.partial(self.answer_helper_states, msg[1]))
                 self.hub.wake()  # a hub waiting on its agents' env processes runs it now, not after a poll

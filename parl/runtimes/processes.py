@@ -104,7 +104,7 @@ class _ProxyComm:
         self.launch = link.launches  # the worker process that asked, and its connection
         self.conn = link.msg_conn
 
-    def put_training_return(self, item: LearnResult | Failure) -> None:
+    def answer_learn(self, item: LearnResult | Failure) -> None:
         if self.link.launches != self.launch:
             # The worker that asked died and was restarted meanwhile: its successor's agent of this id
             # did not ask, and would take this as the answer to its own next request.
@@ -113,9 +113,6 @@ class _ProxyComm:
         if isinstance(item, Failure):
             item = Failure(picklable(item.error), item.traceback_text, item.kind)
         self.link.send(("learn_result", self.task_index, self.agent_id, self.token, item), self.conn)
-
-    def put_prediction_return(self, item: Any) -> None:  # pragma: no cover - predictions go through shm
-        raise RuntimeError("remote predictions are answered through shared memory")
 
 
 @dataclass
@@ -467,7 +464,7 @@ class WorkerLink:
             try:
                 wrapper.check_alive()
             except Exception as exc:  # noqa: BLE001
-                proxy.put_training_return(Failure(exc, traceback.format_exc(), "learn"))
+                proxy.answer_learn(Failure(exc, traceback.format_exc(), "learn"))
                 return
             wrapper.training_q.put((proxy, batch))  # type: ignore[arg-type]
         elif kind == "episodes":

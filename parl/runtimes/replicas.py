@@ -298,18 +298,13 @@ class PredictionReplica:
         self.version = self.board.pull(-1)
         algorithm.on_replica(worker, replica_seed(seed, worker))
         self.extra_names = frozenset(s.name for s in task.extra_predict_specs)
-        # The input field of a task with one input and no states (predict_field takes its batch).
-        self._field = task.input_specs[0].name if len(task.input_specs) == 1 and not task.state_specs else None
 
     def predict(self, inputs: Mapping[str, np.ndarray], states: Mapping[str, np.ndarray], explore: bool) -> Prediction:
         """``task.predict`` on the newest published parameters (no spec checks: the hub checked)."""
         self.version = self.board.pull(self.version)
         counted = self.counters.names
         before = self.counters.before() if counted else []
-        if self._field is not None and not states and len(inputs) == 1 and self._field in inputs:
-            pred = self.task.predict_field(inputs[self._field], explore)  # the common batch of one field
-        else:
-            pred = self.task.predict(inputs, states if self.task.state_specs else None, explore=explore, check=False)
+        pred = self.task.predict(inputs, states if self.task.state_specs else None, explore=explore, check=False)
         if counted:
             self.counters.after(self.worker, before)
         if pred.extras and any(k not in self.extra_names for k in pred.extras):

@@ -1,4 +1,4 @@
-"""One-sample requests served by row: ComputationWrapper.predict_rows and the hub's row lanes."""
+"""Rounds of requests: ComputationWrapper.predict_batch, and how a coroutine hub serves its lanes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from test_agent_group_fakes import ActAgent, EchoAlgorithm, counter_envs, echo_task_config, expected_action
 
 import parl
-from parl.framework.communicator import Failure
+from parl.framework.communicator import Failure, Request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,12 +34,16 @@ def _wrapper(algo: EchoAlgorithm) -> parl.ComputationWrapper:
     return parl.ComputationWrapper(parl.ComputationTask("RL", algo))
 
 
-def test_predict_rows_answers_row_i_for_values_i_and_counts_the_call() -> None:
+def _requests(wrapper: parl.ComputationWrapper, rows: list[np.ndarray], explore: bool) -> list[Request]:
+    return [Request(wrapper.create_communicator(i), {"obs": row}, {}, explore) for i, row in enumerate(rows)]
+
+
+def test_predict_batch_answers_row_i_for_request_i_and_counts_the_call() -> None:
     algo = FlagRecordingEcho()
     wrapper = _wrapper(algo)
     values = [np.array([tag, 3.0], np.float32) for tag in (5.0, 1.0, 2.0)]
-    pred = wrapper.predict_rows(values, explore=False)
-    assert isinstance(pred, parl.Prediction)
+    served, pred = wrapper.predict_batch(_requests(wrapper, values, False), explore=False)
+    assert isinstance(pred, parl.Prediction) and len(served) == 3
     np.testing.assert_array_equal(pred.actions["action"], expected_action(np.stack(values)))
     np.testing.assert_array_equal(pred.extras["echo"], np.stack(values) * 2.0)
     assert algo.calls == [(False, [5, 1, 2])]
@@ -47,34 +51,34 @@ def test_predict_rows_answers_row_i_for_values_i_and_counts_the_call() -> None:
     assert (stats.calls, stats.requests, stats.samples) == (1, 3, 3)
 
 
-def test_predict_rows_returns_a_failure_for_a_task_error_and_none_for_nan() -> None:
+def test_predict_batch_returns_a_failure_for_a_task_error_and_answers_a_nan_row_alone() -> None:
     wrapper = _wrapper(FlagRecordingEcho(predict_raises=lambda obs: bool((obs[:, 0] == 7).any())))
-    failed = wrapper.predict_rows([np.array([7.0, 0.0], np.float32)], explore=True)
+    served, failed = wrapper.predict_batch(_requests(wrapper, [np.array([7.0, 0.0], np.float32)], True), True)
     assert isinstance(failed, Failure) and isinstance(failed.error, ZeroDivisionError)
-    assert failed.kind == "predict" and "predict refused" in failed.traceback_text
-    # A row holding NaN: not served here (the caller serves the rows as requests, failing only that one).
-    assert wrapper.predict_rows([np.array([1.0, 0.0], np.float32), np.array([np.nan, 0.0], np.float32)], True) is None
-    assert wrapper.prediction_stats.calls == 0  # neither call counted as served
+    assert failed.kind == "predict" and "predict refused" in failed.traceback_text and len(served) == 1
+    # A row holding NaN: its agent is answered with a SpecError, the other row is served alone.
+    requests = _requests(wrapper, [np.array([1.0, 0.0], np.float32), np.array([np.nan, 0.0], np.float32)], True)
+    served, pred = wrapper.predict_batch(requests, True)
+    assert list(served) == requests[:1] and isinstance(pred, parl.Prediction)
+    with pytest.raises(parl.SpecError, match="agent 1.*NaN"):
+        requests[1].comm.receive()
+    assert wrapper.prediction_stats.calls == 1  # the call of the finite row
 
 
-def test_predict_field_predicts_as_predict_does_and_leaves_the_grad_mode_as_it_was() -> None:
+def test_predict_leaves_the_grad_mode_as_it_was() -> None:
     task = parl.ComputationTask("RL", FlagRecordingEcho(predict_raises=lambda obs: bool((obs[:, 0] == 7).any())))
     batch = np.array([[5.0, 1.0], [2.0, 3.0]], np.float32)
-    direct = task.predict_field(batch, explore=False)
-    general = task.predict({"obs": batch}, explore=False)
-    np.testing.assert_array_equal(direct.actions["action"], general.actions["action"])
-    np.testing.assert_array_equal(direct.extras["echo"], general.extras["echo"])
-    assert direct.states == {}
-    assert paddle.is_grad_enabled()  # predict_field switches gradients off only for its own call
+    task.predict({"obs": batch}, explore=False)
+    assert paddle.is_grad_enabled()  # predict switches gradients off only for its own call
     with pytest.raises(ZeroDivisionError):
-        task.predict_field(np.array([[7.0, 0.0]], np.float32))
+        task.predict({"obs": np.array([[7.0, 0.0]], np.float32)})
     assert paddle.is_grad_enabled()  # ... also when the algorithm raises
     with paddle.no_grad():
-        task.predict_field(batch)
+        task.predict({"obs": batch})
         assert not paddle.is_grad_enabled()  # and restores what the caller had
 
 
-def test_predict_field_switches_gradients_off_for_its_own_thread_only() -> None:
+def test_predict_switches_gradients_off_for_its_own_thread_only() -> None:
     # The hub predicts while a training thread records gradients: Paddle's grad mode is per thread.
     task = parl.ComputationTask("RL", FlagRecordingEcho())
     batch = np.array([[5.0, 1.0]], np.float32)
@@ -82,7 +86,7 @@ def test_predict_field_switches_gradients_off_for_its_own_thread_only() -> None:
 
     def predict_in_a_loop() -> None:
         while not stop.is_set():
-            task.predict_field(batch)
+            task.predict({"obs": batch})
 
     thread = threading.Thread(target=predict_in_a_loop)
     thread.start()
@@ -94,14 +98,6 @@ def test_predict_field_switches_gradients_off_for_its_own_thread_only() -> None:
         thread.join(timeout=10)
     assert not thread.is_alive()
     assert all(seen)
-
-
-def test_predict_field_needs_one_input_field_and_no_states() -> None:
-    from test_helper_act import _Argmax, _TwoInputs  # a model with two input fields
-
-    task = parl.ComputationTask("Goal", _Argmax(_TwoInputs()))
-    with pytest.raises(parl.SpecError, match="predict_field needs one input field and no states"):
-        task.predict_field(np.zeros((1, 2), np.float32))
 
 
 class MixedFlagAgent(ActAgent):
@@ -173,13 +169,13 @@ def test_a_nan_row_fails_only_its_agent_and_the_others_get_their_own_rows(
     runtime: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     served: list[int] = []
-    real = parl.ComputationWrapper.predict_rows
+    real = parl.ComputationWrapper.predict_batch
 
-    def counting(self, values, explore):  # type: ignore[no-untyped-def]
-        served.append(len(values))
-        return real(self, values, explore)
+    def counting(self, requests, explore):  # type: ignore[no-untyped-def]
+        served.append(len(requests))
+        return real(self, requests, explore)
 
-    monkeypatch.setattr(parl.ComputationWrapper, "predict_rows", counting)
+    monkeypatch.setattr(parl.ComputationWrapper, "predict_batch", counting)
     manager = parl.Manager(
         [echo_task_config()],
         NaNAgent,
@@ -197,7 +193,7 @@ def test_a_nan_row_fails_only_its_agent_and_the_others_get_their_own_rows(
     assert len(manager.control.failures) == 4  # the first failure and its three restarts
     assert sum(len(r) for a, r in manager.control.returns.items() if a != 3) > 0  # the others played on
     if runtime == "coroutines":
-        assert served and max(served) > 1  # act's rows went through the lanes, batched
+        assert served and max(served) > 1  # the rows went through the lanes, batched
 
 
 class _ErrorRecordingAgent(ActAgent):
@@ -224,11 +220,11 @@ def test_a_round_whose_call_fails_fails_every_row_not_served_yet(monkeypatch: py
     # its rows and the four still waiting all get the wrapper's error at their wait (not a stop later).
     calls: list[int] = []
 
-    def broken(self, values, explore):  # type: ignore[no-untyped-def]
-        calls.append(len(values))
-        raise MemoryError("predict_rows blew up")
+    def broken(self, requests, explore):  # type: ignore[no-untyped-def]
+        calls.append(len(requests))
+        raise MemoryError("predict_batch blew up")
 
-    monkeypatch.setattr(parl.ComputationWrapper, "predict_rows", broken)
+    monkeypatch.setattr(parl.ComputationWrapper, "predict_batch", broken)
     monkeypatch.setattr(_ErrorRecordingAgent, "raised", {})
     manager = parl.Manager(
         [echo_task_config(wrapper=parl.WrapperConfig(max_batch_size=4))],
@@ -239,6 +235,6 @@ def test_a_round_whose_call_fails_fails_every_row_not_served_yet(monkeypatch: py
     with pytest.raises(parl.AgentError) as caught:
         manager.run()
     assert isinstance(caught.value.original, parl.WrapperError)
-    assert "predict_rows blew up" in str(caught.value)
+    assert "predict_batch blew up" in str(caught.value)
     assert calls == [2]  # one call served (and failed); the other four rows were failed with it
     assert _ErrorRecordingAgent.raised == {i: parl.WrapperError for i in range(6)}
