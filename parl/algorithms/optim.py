@@ -1,9 +1,8 @@
 """FusedAdam: Adam over a fixed list of parameters, one fused update op per step.
 
 ``paddle.optimizer.Adam`` spends most of a small network's step in Python: for every parameter
-it looks up accumulators, builds a learning-rate tensor and dispatches one ``adam_`` op, about
-25 µs per parameter on the benchmark machine. An actor-critic of three layers per head has 12
-parameters, so that is ~0.3 ms of a ~1.3 ms PPO gradient step. FusedAdam keeps the moments in
+it looks up accumulators, builds a learning-rate tensor and dispatches one ``adam_`` op per
+parameter (a fifth of a small actor-critic's PPO step; docs/performance_log.md). FusedAdam keeps the moments in
 lists and updates every parameter with one ``merged_adam_`` call (the kernel behind Paddle's
 ``use_multi_tensor=True``), with the same maths as ``paddle.optimizer.Adam`` (tested to agree to
 float precision in ``tests/test_optim.py``). Unlike Paddle's multi-tensor mode, a parameter that

@@ -50,8 +50,8 @@ class GameOver(enum.IntEnum):
     TRUNCATED = 2
 
 
-# The members as plain module names: ``GameOver.NOT_OVER`` goes through the enum class's attribute
-# lookup (about 65 ns), and store_data compares with it on every agent step.
+# The members as plain module names: store_data compares with them on every agent step, and a module
+# name is cheaper to read than the enum class's attribute.
 _NOT_OVER, _TERMINATED, _TRUNCATED = GameOver.NOT_OVER, GameOver.TERMINATED, GameOver.TRUNCATED
 
 LEARN_GRACE_EPISODES = 2
@@ -99,11 +99,9 @@ class AgentHelper:
         self.helpers["RL"].store_final({"obs": next_obs}, terminated=True)
     """
 
-    # What every agent step or episode reads and writes sits in the instance itself. A helper has more
-    # attributes than CPython 3.11 shares a class's dict keys for (30), so without these slots each
-    # helper kept a dict of its own and every access went through it: with many agents, cache lines
-    # that each step of each agent had to fetch again. Everything else (and a subclass's own
-    # attributes) stays in the instance dict.
+    # What every agent step or episode reads and writes sits in slots: a helper has more attributes than
+    # CPython shares a class's dict keys for, and slots keep the per-step ones out of a per-helper dict.
+    # Everything else (and a subclass's own attributes) stays in the instance dict.
     __slots__ = (
         "__dict__", "__weakref__", "_step_open", "_act", "_store_step_fast", "_scalar_reward", "_final_row",
         "_pre_states", "_prev", "states", "_stored",

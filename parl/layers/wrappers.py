@@ -82,7 +82,7 @@ class FC(LayerFunc):
         self.bias = bias
         self.linear: paddle.nn.Linear | None = None
         # Plain references to the parameters: paddle.nn.Layer resolves sublayers and parameters
-        # through __getattr__ (about 1.5 µs per lookup), which is most of a small layer's call.
+        # through a slow __getattr__, which would be most of a small layer's call.
         object.__setattr__(self, "_w", None)
         object.__setattr__(self, "_b", None)
         if input_size is not None:

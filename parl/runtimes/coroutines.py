@@ -153,13 +153,9 @@ class Hub:
         agents = [greenlet.greenlet(lambda s=slot: run_agent_loop(s, control)) for slot in self.slots]
         self.runnable.extend(agents)
         try:
-            # Every agent runs to its first wait from one interpreter call deeper on the C stack than the
-            # rounds that resume it later (the call goes through C: functools.partial; from CPython 3.11 a
-            # call from Python to Python stays in the same C frame, so the rounds below do not go deeper
-            # than where this started). greenlet keeps an agent's stack below where it started, so the
-            # hub's own frames then never lie in an agent's part of the stack and a switch to an agent
-            # saves none of them: one stack copy per agent step instead of two (and one malloc and free
-            # less).
+            # Every agent runs to its first wait from one C call deeper (functools.partial) than the rounds
+            # that resume it later, so the hub's own frames never lie in an agent's part of the stack and a
+            # switch to an agent copies one stack, not two.
             functools.partial(self._run_runnable)()
             self._schedule(agents, control)
         except BaseException as exc:  # noqa: BLE001 - a scheduler fault must end the run, not vanish

@@ -107,8 +107,8 @@ class RemoteWrapper:
         self.msg = msg
         self.error: BaseException | None = None
         self.stopping = False
-        """The learner's stop event as last read (once per prediction round, not per agent step:
-        reading a process-shared event costs about 0.4 µs); ``check_alive`` reads it directly."""
+        """The learner's stop event as last read (once per prediction round, not per agent step: a
+        process-shared event is slow to read); ``check_alive`` reads it directly."""
         # Each learn request carries a token of its own, which its result brings back to the communicator
         # that sent it. An agent rebuilt after a failure forgets its predecessor's tokens: a result on its
         # way is not given to the successor (which would take it as the answer to its own next request).

@@ -19,9 +19,8 @@ class TensorStaging:
     about half a KiB that is never freed in Paddle 3.3: an agent group that predicts and learns
     all the time grew by megabytes a minute from this alone. A staging tensor per (slot, shape,
     dtype) is created once and refilled in place, which copies and keeps nothing (on the CPU
-    through the tensor's own buffer, ``DenseTensor.set``: about 0.8 µs for a small array against
-    4 µs for ``set_value``, whose Python wrapper checks and dispatches; elsewhere with
-    ``set_value``). One
+    through the tensor's own buffer, ``DenseTensor.set``, which skips ``set_value``'s Python checks
+    and dispatch; elsewhere with ``set_value``). One
     cache per thread, so that a prediction and a learning call running at once never share a
     tensor. Batch sizes vary (the agents waiting in a round, merged training requests), so a
     cache holds many shapes: up to ``limit_bytes`` of tensors per thread, the least recently
