@@ -2,9 +2,9 @@
 
 Paddle's CPU wheels do matrix products with Intel MKL (``libmklml_intel``), which picks its code
 path from the CPU vendor: on an AMD processor it takes the generic, unvectorised path even when
-the CPU has AVX2 and AVX-512, so small matrix products run at less than half their speed (see docs/performance_log.md). This MKL
-version honours ``MKL_DEBUG_CPU_TYPE=5`` (take the AVX2 path), read when the
-first matrix product runs.
+the CPU has AVX2 and AVX-512, so small matrix products run at less than half their speed (see
+docs/performance_log.md). This MKL version honours ``MKL_DEBUG_CPU_TYPE=5`` (take the AVX2 path),
+read when the first matrix product runs.
 
 :func:`prefer_fast_cpu_kernels` sets it, once per process, when every one of these holds: the
 variable is not set already (a user's value always wins), the CPU reports ``AuthenticAMD`` and the
