@@ -140,21 +140,26 @@ class Communicator:
         of the checked arrays (converted within their dtype kind). NaN and inf are checked on the packed
         batch by the server, which fails only the requests that carry them.
         """
+        key = self._key
+        if key is not None and not states and len(inputs) == 1:
+            # The common request: the one input field's array already of the spec's shape and dtype.
+            arr = inputs.get(key)
+            wrapper = self.wrapper
+            if (
+                type(arr) is _ndarray
+                and arr.shape == self._shape
+                and arr.dtype == self._dtype
+                and (explore is True or explore is False)
+                and wrapper.error is None
+                and not wrapper.stopping
+            ):
+                self._put(_new_request(Request, (self, inputs, states, explore)))
+                return inputs  # type: ignore[return-value]
         wrapper = self.wrapper
         if wrapper.error is not None or wrapper.stopping:
             wrapper.check_alive()
         if explore is not True and explore is not False:
             explore = as_flag(explore, f"agent {self.agent_id}, task {self.task_name!r}: predict's explore flag")
-        key = self._key
-        if key is not None and len(inputs) == 1 and not states:
-            arr = inputs.get(key)
-            if (
-                type(arr) is _ndarray
-                and arr.shape == self._shape
-                and (arr.dtype is self._dtype or arr.dtype == self._dtype)
-            ):
-                self._put(_new_request(Request, (self, inputs, states, explore)))
-                return inputs  # type: ignore[return-value]
         if self._check_data:
             checked = self._checked(inputs, "inputs", False, None)
             if states or self._state_specs:

@@ -575,12 +575,7 @@ def pack_requests(
     """The checked inputs of one-sample requests stacked into one batch (row ``i`` from request ``i``),
     and their states (one row each) concatenated."""
     samples = list(map(_inputs_of, requests))
-    first = samples[0]
-    if len(first) == 1:
-        ((key, _),) = first.items()
-        inputs = {key: stack_rows([sample[key] for sample in samples])}
-    else:
-        inputs = {key: stack_rows([sample[key] for sample in samples]) for key in first}
+    inputs = {key: stack_rows(list(map(operator.itemgetter(key), samples))) for key in samples[0]}
     if not state_specs:
         return inputs, {}
     return inputs, {s.name: np.concatenate([r.states[s.name] for r in requests]) for s in state_specs}
