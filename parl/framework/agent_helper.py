@@ -104,7 +104,7 @@ class AgentHelper:
     # Everything else (and a subclass's own attributes) stays in the instance dict.
     __slots__ = (
         "__dict__", "__weakref__", "_step_open", "_act", "_store_step_fast", "_scalar_reward", "_final_row",
-        "_pre_states", "_prev", "states", "_stored", "_act_inputs",
+        "_pre_states", "_prev", "states", "_stored",
     )  # fmt: skip
 
     def __init__(self, name: str, comm: Communicator) -> None:
@@ -148,9 +148,6 @@ class AgentHelper:
             stateless_single and self._only_action is not None and type(self).predict is AgentHelper.predict
         )
         self._act_name = self._only_action or ""  # the action field act() returns when _act_short
-        # act()'s request inputs, refilled at every act: a request is served before act returns, and the
-        # step keeps the array, not this dict.
-        self._act_inputs: dict[str, Any] = {}
         # The latest act() as (what it was given, the answer (sent, prediction, row), the action it
         # returned), until a record needs the step's dicts above (_step_of_act) or predict() runs.
         self._act: tuple[Any, tuple[Any, Prediction, int], Any] | None = None
@@ -239,9 +236,8 @@ class AgentHelper:
                     f"{[s.name for s in self.action_specs]} (use predict with dicts)"
                 )
             return self.predict({self.input_specs[0].name: value}, explore)[only]
-        key, comm, inputs = self._single_input, self.comm, self._act_inputs
-        inputs[key] = value  # type: ignore[index]
-        sent = comm.send(inputs, _NO_STATES, explore)
+        key, comm = self._single_input, self.comm
+        sent = comm.send({key: value}, _NO_STATES, explore)  # type: ignore[dict-item]
         pred, row = comm.receive()
         answer = (sent[key], pred, row)  # type: ignore[index]
         action = pred.actions[self._act_name][row]
