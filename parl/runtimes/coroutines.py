@@ -110,7 +110,17 @@ class _PendingSink:
 
 
 class Hub:
-    """One OS thread running many agent greenlets and serving their predictions."""
+    """One OS thread running many agent greenlets and serving their predictions.
+
+    The loop of the hub's thread (:meth:`_schedule`)::
+
+        while an agent lives:
+            run each runnable agent to its next wait       # Communicator.receive, or an env's process
+            hand answers from other threads to their agents  # learning results, through the inbox
+            if no agent can run and none is inside a running learning call:
+                serve each task's waiting requests once    # predict_batch, then a switch into each agent
+            else if no agent can run: wait for the inbox or an env's process
+    """
 
     def __init__(self, index: int, poll_s: float = 0.05) -> None:
         self.index = index
