@@ -136,7 +136,17 @@ PREDICT_THREAD_JOIN_S = 2.0
 
 
 class WorkerLink:
-    """One worker process as the learner sees it: its process, pipes, buffers and serving thread."""
+    """One worker process as the learner sees it: its process, pipes, buffers and serving thread.
+
+    The loops of its two serving threads (started by :meth:`serve`)::
+
+        prediction thread: for each round's request on the prediction pipe:
+            task.predict on the rows in shared memory -> the actions into shared memory -> reply
+        message thread: for each message on the message pipe:
+            learn requests -> the wrapper's training queue; episode reports, faults, failures -> the
+            run's control; helper states -> whoever asked
+        when the worker ends: restart it, or fail its agents (ProcessRuntime.worker_died)
+    """
 
     pred_conn: mpc.Connection
     """The learner's end of the prediction pipe of the current launch (set by the first start)."""
