@@ -17,7 +17,7 @@ from __future__ import annotations
 import pickle
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,12 +25,14 @@ from parl.data.specs import FieldSpec
 from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import WrapperConfig
 from parl.framework.types import TrainingBatch
-from parl.runtimes.builder import AgentBuilder
+from parl.runtimes.builder import AgentBuilder, AgentHelperStates
+from parl.runtimes.replicas import ReplicaSource
 from parl.runtimes.shared_block import SharedBlock
 
 __all__ = [
     "TaskSpecs",
     "RemoteAgentSpec",
+    "WorkerSetup",
     "SharedArrays",
     "TaskChannel",
     "request_specs",
@@ -89,6 +91,23 @@ class RemoteAgentSpec:
     step_budget: bool = False
     """Whether the run has a step budget (``max_steps``): a worker then fails an agent whose episodes take no
     env step (see ``parl.runtimes.control.EMPTY_EPISODE_LIMIT``). Set by the runtime from the run's control."""
+
+
+@dataclass
+class WorkerSetup:
+    """What one worker process (or Ray actor) starts with: which agents it hosts, how to build them, and
+    the states they start from (a resumed run's checkpoint; for a restarted worker, the last one saved)."""
+
+    worker: int
+    agent_ids: list[int]
+    spec: RemoteAgentSpec
+    helper_states: AgentHelperStates = field(default_factory=dict)
+    replicas: Sequence[ReplicaSource | None] = ()
+    """Per task: the shared blocks of the task's parameters when the worker predicts on a replica."""
+    ledger: str | None = None
+    """The name of this launch's episode ledger (see :mod:`parl.runtimes.episode_ledger`)."""
+    report_s: float | None = None
+    """Seconds between two episode reports (None: the worker's default)."""
 
 
 class SharedArrays(SharedBlock):

@@ -8,7 +8,7 @@ episode reports, faults and failures travel over the message pipe (:class:`Worke
 learner starts it with :func:`worker_main` (:class:`parl.runtimes.processes.WorkerLink`), and a Ray
 actor runs the same :class:`Worker` over sockets::
 
-    Worker(index, agent_ids, spec, channels, pred_conn, msg_conn, stop_event).run()  # until stopped
+    Worker(WorkerSetup(index, agent_ids, spec), channels, pred_conn, msg_conn, stop_event).run()  # until stopped
 """
 
 from __future__ import annotations
@@ -49,17 +49,16 @@ from parl.runtimes.process_protocol import (
     TAG_INLINE,
     TAG_OK,
     TAG_SHM,
-    RemoteAgentSpec,
     SharedArrays,
     TaskChannel,
     TaskSpecs,
+    WorkerSetup,
     picklable,
     reply_specs,
     request_specs,
 )
 from parl.runtimes.replicas import (
     PredictionReplica,
-    ReplicaSource,
     build_replicas,
 )
 
@@ -404,22 +403,17 @@ class Worker:
 
     def __init__(
         self,
-        worker: int,
-        agent_ids: list[int],
-        spec: RemoteAgentSpec,
+        setup: WorkerSetup,
         channels: list[TaskChannel] | None,
         pred_conn: mpc.Connection,
         msg_conn: mpc.Connection,
         stop_event: Any,
-        helper_states: AgentHelperStates | None = None,
-        replicas: Sequence[ReplicaSource | None] | None = None,
-        ledger: str | None = None,
         create_ledger: bool = False,
-        report_s: float | None = None,
     ) -> None:
-        self.worker, self.agent_ids, self.spec = worker, agent_ids, spec
-        # This worker's agents start from ``helper_states`` (the builder pops each agent's when it builds it).
-        self.builder = dataclasses.replace(spec.builder, helper_states=dict(helper_states or {}))
+        worker, spec, ledger, replicas = setup.worker, setup.spec, setup.ledger, setup.replicas
+        self.worker, self.agent_ids, self.spec = worker, setup.agent_ids, spec
+        # This worker's agents start from these states (the builder pops each agent's when it builds it).
+        self.builder = dataclasses.replace(spec.builder, helper_states=dict(setup.helper_states))
         self.pred_conn, self.msg_conn, self.stop_event = pred_conn, msg_conn, stop_event
         # This launch's episode ledger: the learner's (a worker process attaches to it), or made here under
         # the learner's name for it (a Ray actor, on its own node; outside the resource tracker, so that
@@ -429,7 +423,7 @@ class Worker:
             if ledger is not None
             else None
         )
-        self.messenger = WorkerMessenger(msg_conn, stop_event, self.ledger, report_s)
+        self.messenger = WorkerMessenger(msg_conn, stop_event, self.ledger, setup.report_s)
         built = (
             build_replicas(replicas, worker, spec.builder.seed)
             if replicas and any(replicas)
@@ -442,7 +436,7 @@ class Worker:
         self.hub = WorkerHub(worker, poll_s=0.02)
         self.hub.messenger = self.messenger
         self.control = WorkerControl(
-            max(agent_ids) + 1 if agent_ids else 0,
+            max(setup.agent_ids) + 1 if setup.agent_ids else 0,
             restart_failed_agents=spec.restart_failed_agents,
             max_restarts=spec.max_restarts,
         )
@@ -548,16 +542,11 @@ class Worker:
 
 
 def worker_main(
-    worker: int,
-    agent_ids: list[int],
-    spec: RemoteAgentSpec,
+    setup: WorkerSetup,
     channels: list[TaskChannel],
     pred_conn: mpc.Connection,
     msg_conn: mpc.Connection,
     stop_event: Any,
-    helper_states: AgentHelperStates | None = None,
-    replicas: Sequence[ReplicaSource | None] | None = None,
-    ledger: str | None = None,
     learner_pid: int | None = None,
     inherited: Sequence[Any] = (),
 ) -> None:
@@ -565,11 +554,9 @@ def worker_main(
     ``inherited`` by the fork are closed here; see :mod:`parl.runtimes.lifeline`)."""
     tie_to_learner(learner_pid, inherited)
     try:
-        body = Worker(
-            worker, agent_ids, spec, channels, pred_conn, msg_conn, stop_event, helper_states, replicas, ledger
-        )
+        body = Worker(setup, channels, pred_conn, msg_conn, stop_event)
     except BaseException as exc:  # noqa: BLE001 - e.g. a replica that cannot be built: the learner must know why
-        first = agent_ids[0] if agent_ids else -1
+        first = setup.agent_ids[0] if setup.agent_ids else -1
         with contextlib.suppress(Exception):
             msg_conn.send(("failure", first, picklable(exc), traceback.format_exc(), False))
         raise

@@ -75,6 +75,7 @@ from parl.runtimes.process_protocol import (
     SharedArrays,
     TaskChannel,
     TaskSpecs,
+    WorkerSetup,
     picklable,
     reply_specs,
     request_specs,
@@ -334,16 +335,11 @@ class WorkerLink:
         process = ctx.Process(
             target=worker_main,
             args=(
-                self.index,
-                self.agent_ids,
-                rt.remote_spec,
+                self.setup(self.ledger.name),
                 channels,
                 child_pred,
                 child_msg,
                 rt.stop_event,
-                rt.helper_states_for(self.agent_ids),
-                rt.replica_sources,
-                self.ledger.name,
                 None if rt.start_method == "forkserver" else os.getpid(),
                 inherited,
             ),
@@ -360,6 +356,20 @@ class WorkerLink:
         else:
             process.start()
         return process
+
+    def setup(self, ledger: str, report_s: float | None = None) -> WorkerSetup:
+        """What this launch of the worker starts with (its helper states: the runtime's latest for its agents)."""
+        rt = self.runtime
+        assert rt.remote_spec is not None
+        return WorkerSetup(
+            self.index,
+            self.agent_ids,
+            rt.remote_spec,
+            rt.helper_states_for(self.agent_ids),
+            rt.replica_sources,
+            ledger,
+            report_s,
+        )
 
     def send(self, msg: Any, conn: mpc.Connection | None = None) -> None:
         """Send ``msg`` to the worker (on ``conn``, a connection of an earlier launch, when given)."""

@@ -57,10 +57,9 @@ from typing import Any
 
 from parl.runtimes import process_worker
 from parl.runtimes.base import RunSetup
-from parl.runtimes.builder import AgentHelperStates
 from parl.runtimes.control import RunControl
 from parl.runtimes.episode_ledger import LEDGER_CAPACITY, EpisodeLedger
-from parl.runtimes.process_protocol import RemoteAgentSpec
+from parl.runtimes.process_protocol import WorkerSetup
 from parl.runtimes.process_worker import Worker
 from parl.runtimes.processes import ProcessRuntime, WorkerLink
 from parl.runtimes.reaper import Reaper
@@ -137,31 +136,17 @@ def _no_delay(conn: mpc.Connection) -> mpc.Connection:
     return conn
 
 
-def _actor_main(
-    worker: int,
-    generation: int,
-    agent_ids: list[int],
-    spec: RemoteAgentSpec,
-    address: Any,
-    authkey: bytes,
-    helper_states: AgentHelperStates | None = None,
-    ledger: str | None = None,
-    report_s: float | None = None,
-) -> int:
+def _actor_main(setup: WorkerSetup, generation: int, address: Any, authkey: bytes) -> int:
     """Body of the actor's ``run`` method: connect back to the learner and run the agents.
 
-    ``helper_states`` are loaded into the agents' helpers as they are built (a resumed run, a replaced
-    actor). The actor makes its episode ledger on its node under the name ``ledger``, and reports its
-    episodes every ``report_s`` (the learner's ``EPISODE_REPORT_S``).
+    The actor makes its episode ledger on its node under the setup's name, and reports its episodes every
+    ``setup.report_s`` (the learner's ``EPISODE_REPORT_S``).
     """
     pred = _no_delay(mpc.Client(address, authkey=authkey))
-    pred.send(("hello", worker, generation, "pred"))
+    pred.send(("hello", setup.worker, generation, "pred"))
     msg = _no_delay(mpc.Client(address, authkey=authkey))
-    msg.send(("hello", worker, generation, "msg"))
-    body = Worker(
-        worker, agent_ids, spec, None, pred, msg, threading.Event(), helper_states, None, ledger, True, report_s
-    )
-    body.run()
+    msg.send(("hello", setup.worker, generation, "msg"))
+    Worker(setup, None, pred, msg, threading.Event(), create_ledger=True).run()
     return os.getpid()
 
 
@@ -201,21 +186,8 @@ def _remote_worker_class() -> Any:
                 """The Ray node this actor runs on (where its episode ledger lies)."""
                 return str(ray.get_runtime_context().get_node_id())
 
-            def run(
-                self,
-                worker: int,
-                generation: int,
-                agent_ids: list[int],
-                spec: RemoteAgentSpec,
-                address: Any,
-                authkey: bytes,
-                helper_states: AgentHelperStates | None = None,
-                ledger: str | None = None,
-                report_s: float | None = None,
-            ) -> int:
-                return _actor_main(
-                    worker, generation, agent_ids, spec, address, authkey, helper_states, ledger, report_s
-                )
+            def run(self, setup: WorkerSetup, generation: int, address: Any, authkey: bytes) -> int:
+                return _actor_main(setup, generation, address, authkey)
 
         _actor_class = ray.remote(RayAgentWorker)
     return _actor_class
@@ -396,17 +368,8 @@ class _RayLink(WorkerLink):
         self._node_ref = self.actor.node_id.remote()
         self.actor_node = None
         self.ledger_name = block_name(tag=f"ledger{rt.run_token}w{self.index}g{self.generation}_")
-        self.run_ref = self.actor.run.remote(
-            self.index,
-            self.generation,
-            self.agent_ids,
-            rt.remote_spec,
-            rt.acceptor.address,
-            rt.acceptor.authkey,
-            rt.helper_states_for(self.agent_ids),
-            self.ledger_name,
-            process_worker.EPISODE_REPORT_S,
-        )
+        setup = self.setup(self.ledger_name, process_worker.EPISODE_REPORT_S)
+        self.run_ref = self.actor.run.remote(setup, self.generation, rt.acceptor.address, rt.acceptor.authkey)
         self._submitted = True
 
     def _launch(self) -> tuple[mpc.Connection, mpc.Connection]:
