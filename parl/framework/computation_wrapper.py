@@ -221,16 +221,15 @@ class ComputationWrapper:
         """A communicator for ``agent_id``; its return queues come from ``return_queue_factory``.
 
         ``prediction_sink`` replaces the wrapper's prediction queue, for a
-        scheduler that serves predictions itself through :meth:`serve_predictions`.
+        scheduler that serves predictions itself through :meth:`predict_batch`.
         ``register=False`` makes an extra channel of an agent (e.g. a learner
-        thread) that the prediction loop does not count as an agent.
+        thread) that :attr:`comms` does not list as an agent.
         """
         comm = Communicator(
             agent_id, self, prediction_sink if prediction_sink is not None else self.prediction_q, return_queue_factory
         )
         if register:
-            # Registered communicators are the agents the prediction loop waits for.
-            self.comms[agent_id] = comm
+            self.comms[agent_id] = comm  # the agents of this wrapper, by id
         return comm
 
     def check_alive(self) -> None:
@@ -581,8 +580,8 @@ def pack_requests(
     return inputs, {s.name: np.concatenate([r.states[s.name] for r in requests]) for s in state_specs}
 
 
-_inputs_of = operator.itemgetter(1)  # Request.inputs, without a Python call per request
-_explore_of = operator.itemgetter(3)  # Request.explore
+_inputs_of = operator.attrgetter("inputs")  # without a Python call per request
+_explore_of = operator.attrgetter("explore")
 
 
 def pack_finite(

@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from parl.framework.agent import Agent
 from parl.framework.communicator import Communicator
 from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import ComputationWrapper
@@ -102,11 +103,11 @@ class LocalRuntime(ABC):
 
     def start(self, run: RunSetup) -> None:
         def build(agent_id: int) -> AgentSlot:
-            def make() -> object:
+            def make() -> Agent:
                 comms = [self.communicator(w, agent_id) for w in run.wrappers]
                 return run.builder.build(agent_id, comms, run.control.record_fault)
 
-            return AgentSlot(agent_id, make)  # type: ignore[arg-type]
+            return AgentSlot(agent_id, make)
 
         self.slots = [build(i) for i in range(run.num_agents)]
         for slot in self.slots:

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import math
+import operator
 import os
 import queue
 import select
@@ -44,6 +45,7 @@ _getcurrent = greenlet.getcurrent
 
 FEEDS_RATE = 0.1
 """Weight of the latest round in :attr:`_PendingSink.feeds`."""
+_feeds = operator.attrgetter("feeds")
 
 
 class _HubReturnQueue:
@@ -104,9 +106,6 @@ class _PendingSink:
         self.feeds = 0.0
         """Of the agents this sink answers, the share that goes on to another task of the hub before its next
         wait (a running mean): the hub serves the sinks that feed others first."""
-
-    def feeds_of(self) -> float:
-        return self.feeds
 
 
 class Hub:
@@ -348,7 +347,7 @@ class Hub:
             waiting = [s for s in sinks if s.requests]
             if not waiting:
                 return
-            sink = max(waiting, key=_PendingSink.feeds_of) if len(waiting) > 1 else waiting[0]
+            sink = max(waiting, key=_feeds) if len(waiting) > 1 else waiting[0]
             sinks.remove(sink)
             served = len(sink.requests)
             elsewhere = sum(len(s.requests) for s in sinks)
@@ -398,7 +397,7 @@ class Hub:
             # request when it has run, so every round's order is the reverse of the one before: the agents
             # that ran last, whose memory is still in the caches, run first.
             for row in range(len(served) - 1, -1, -1):
-                q = served[row][0].predictions  # (its comm)
+                q = served[row].comm.predictions
                 waiter = q.waiter  # type: ignore[attr-defined]
                 if waiter is not None:
                     q.waiter = None  # type: ignore[attr-defined]
