@@ -7,10 +7,9 @@ learning aside (``learning_starts`` is never reached), against the same work wri
 gymnasium SyncVectorEnv loop with one batched forward that adds its N transitions of every step to
 one ``ReplayBuffer`` with a single ``add``. Rows per env (N=64 agents):
 
-- the vector loop with a uniform buffer (reference), and the agent path's ``ExpReplayHelper`` on its
-  one-row path (``ReplayBuffer.add_transition``) and on the general path (a subclass that hooks
-  transitions: a record per step, a one-row batch per transition, the buffer's checks of it), with
-  one-step rows and with 3-step returns (``n_step=3``; the reference keeps one-step rows);
+- the vector loop with a uniform buffer (reference), and the agent path's ``ExpReplayHelper`` (a step
+  record per step, paired into a transition, one ``ReplayBuffer.add_row`` per row), with one-step rows
+  and with 3-step returns (``n_step=3``; the reference keeps one-step rows);
 - the vector loop with a ``PrioritizedReplayBuffer`` (reference), and the helper with
   ``prioritized=True``.
 
@@ -43,25 +42,16 @@ CAPACITY = 1000
 so both sides write into a full ring, as a long run does."""
 
 REFERENCE = "vector loop + ReplayBuffer.add (reference)"
-GENERAL = "agent path, coroutines, ExpReplayHelper, general path"
-ONE_ROW = "agent path, coroutines, ExpReplayHelper"
-N_STEP_GENERAL = "agent path, coroutines, ExpReplayHelper(n_step=3), general path"
+ONE_STEP = "agent path, coroutines, ExpReplayHelper"
 N_STEP = "agent path, coroutines, ExpReplayHelper(n_step=3)"
 REFERENCE_PRIORITIZED = "vector loop + PrioritizedReplayBuffer.add (reference)"
 PRIORITIZED = "agent path, coroutines, ExpReplayHelper(prioritized=True)"
 
 PAIRS: list[tuple[str, list[str]]] = [
-    (REFERENCE, [GENERAL, ONE_ROW, N_STEP_GENERAL, N_STEP]),
+    (REFERENCE, [ONE_STEP, N_STEP]),
     (REFERENCE_PRIORITIZED, [PRIORITIZED]),
 ]
 """Each reference and the agent-path rows measured against it, in the order of a round."""
-
-
-class GeneralPathReplay(parl.ExpReplayHelper):
-    """An ExpReplayHelper that hooks transitions, and so takes the general path at every step."""
-
-    def on_transition(self, transition: parl.TrainingBatch) -> None:
-        super().on_transition(transition)
 
 
 def _specs(obs_dim: int) -> tuple[list[FieldSpec], list[FieldSpec], list[FieldSpec]]:
@@ -125,9 +115,7 @@ def reference(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: fl
 def agent_storing(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds: float, row: str) -> dict:
     """Env steps/s and CPU µs per step of ``n`` GymAgents on the coroutine runtime whose replay helpers
     store every transition and never learn."""
-    general = row in (GENERAL, N_STEP_GENERAL)
-    helper: Callable[..., parl.AgentHelper] = GeneralPathReplay if general else parl.ExpReplayHelper
-    n_step = 3 if row in (N_STEP_GENERAL, N_STEP) else 1
+    n_step = 3 if row == N_STEP else 1
     config = parl.ExpReplayConfig(
         capacity=CAPACITY,
         learning_starts=10**12,
@@ -139,7 +127,7 @@ def agent_storing(make_env: Callable[[], gym.Env], obs_dim: int, n: int, seconds
         make_env,
         obs_dim,
         parl.ManagerConfig(num_agents=n, runtime="coroutines", max_seconds=600),
-        helper=helper,
+        helper=parl.ExpReplayHelper,
         helper_config=config,
     )
     window = _Window(lambda: manager.wrappers["RL"].prediction_stats.samples, warmup=0.5, seconds=seconds)
@@ -204,11 +192,9 @@ def markdown(rows: list[dict[str, Any]], quick: bool) -> str:
         "the throughput table's vector loop that also adds each step's N transitions to one buffer with one",
         "`add` (the final observation of an episode from `info['final_obs']`). Agent path: N GymAgents on",
         "the coroutine runtime, each with its own `ExpReplayHelper` (1,000 rows; the reference's buffer",
-        "holds N times that), which never reaches `learning_starts`. 'General path': the helper made to",
-        "build a record per step and a one-row batch per transition, which the buffer checks (what every",
-        "step did before the one-row path). `n_step=3` rows sum 3-step returns (the reference keeps",
-        "one-step rows, so those ratios include that work). Ratio: to the reference runs just before and",
-        "after each run (medians over the runs, lowest and highest in brackets).",
+        "holds N times that), which never reaches `learning_starts`. `n_step=3` rows sum 3-step returns",
+        "(the reference keeps one-step rows, so those ratios include that work). Ratio: to the reference",
+        "runs just before and after each run (medians over the runs, lowest and highest in brackets).",
         "",
         "| env | row | N | runs | steps/s | ratio to its reference | CPU µs per step |",
         "|---|---|---|---|---|---|---|",

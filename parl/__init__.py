@@ -36,7 +36,7 @@ from parl.envs.adapters import OldGymAPIAdapter, is_old_gym_api, make_env_factor
 from parl.envs.guarded import GuardedEnv
 from parl.envs.pettingzoo import ParallelEnvAgent
 from parl.framework.agent import Agent, StepResult
-from parl.framework.agent_helper import AgentHelper, GameOver, LearnTrigger
+from parl.framework.agent_helper import AgentHelper, GameOver, LearnTrigger, Step, Transition
 from parl.framework.algorithm import Algorithm
 from parl.framework.communicator import Communicator
 from parl.framework.computation_task import ComputationTask
@@ -115,6 +115,7 @@ __all__ = [
     "RunStopped",
     "Runtime",
     "SharedParameterError",
+    "Step",
     "StepResult",
     "TaskConfig",
     "TaskError",
@@ -134,6 +135,7 @@ __all__ = [
     "ReplayBuffer",
     "SpecError",
     "TrainingBatch",
+    "Transition",
     "create_algorithm_func",
     "evaluate_greedy",
     "layers",

@@ -402,8 +402,8 @@ def test_recurrent_states_of_every_transition_including_the_last(end: str) -> No
 
 
 class KeepTransitions(parl.AgentHelper):
-    def on_transition(self, transition: parl.TrainingBatch) -> None:
-        self.kept = [*getattr(self, "kept", []), transition]
+    def on_transition(self, transition: parl.Transition) -> None:
+        self.kept = [*getattr(self, "kept", []), self.batch([transition])]
 
 
 def test_store_data_accepts_predicted_objects_and_still_checks_everything_else(live_wrapper) -> None:

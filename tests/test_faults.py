@@ -201,8 +201,8 @@ class RecordingAlgorithm(EchoAlgorithm):
 
 
 class SendEveryTransition(parl.AgentHelper):
-    def on_transition(self, transition: parl.TrainingBatch) -> None:
-        self._send(transition)
+    def on_transition(self, transition: parl.Transition) -> None:
+        self._send(self.batch([transition]))
 
 
 @pytest.mark.parametrize("runtime", ALL_RUNTIMES)

@@ -155,26 +155,41 @@ def test_act_gets_each_agent_its_own_action_on_every_runtime(runtime: str) -> No
                 np.testing.assert_array_equal(echo, obs * 2.0)  # this agent's own row of the batch
 
 
-class _CountingPredictHelper(parl.AgentHelper):
-    """A helper with its own predict (say, one that logs or masks actions)."""
+class _KeepingHelper(parl.AgentHelper):
+    """Keeps every transition, whichever entry recorded its steps."""
 
     def __init__(self, name: str, comm: parl.Communicator) -> None:
         super().__init__(name, comm)
-        self.seen: list[np.ndarray] = []
+        self.kept: list[parl.Transition] = []
 
-    def predict(self, inputs, explore=True):  # type: ignore[no-untyped-def]
-        self.seen.append(np.asarray(inputs["obs"]))
-        return super().predict(inputs, explore)
+    def on_transition(self, transition: parl.Transition) -> None:
+        self.kept.append(transition)
 
 
 @pytest.mark.timeout(30)
-def test_act_goes_through_a_helper_s_own_predict(wrapper: parl.ComputationWrapper) -> None:
-    helper = _CountingPredictHelper("RL", wrapper.create_communicator(0))
+def test_every_entry_records_through_on_transition(wrapper: parl.ComputationWrapper) -> None:
+    helper = _KeepingHelper("RL", wrapper.create_communicator(0))
     wrapper.start()
-    obs = np.array([2.0, 1.0], np.float32)
-    assert helper.act(obs) == expected_action(obs)[0]
-    helper.store_step(1.0)
-    assert len(helper.seen) == 1 and helper.seen[0] is obs
+    obs = [np.array([float(i), 1.0], np.float32) for i in range(4)]
+    action = helper.act(obs[0])
+    helper.store_step(1.0)  # an act's step
+    helper.predict({"obs": obs[1]})
+    helper.store_data({"obs": obs[1]}, {"action": np.int64(1)}, 2.0)  # a step given in full
+    helper.send({"obs": obs[2]})
+    helper.receive()
+    helper.store_step({"reward": np.float32(3.0)})  # the halves of predict, a reward dict
+    helper.store_final({"obs": obs[3]}, terminated=False)
+    steps = [t.step for t in helper.kept]
+    assert [float(s.rewards["reward"]) for s in steps] == [1.0, 2.0, 3.0]
+    assert steps[0].actions["action"] == action and steps[1].actions["action"] == 1
+    for t, (before, after) in zip(helper.kept, zip(obs, obs[1:])):
+        np.testing.assert_array_equal(t.step.inputs["obs"], before)
+        np.testing.assert_array_equal(t.next_inputs["obs"], after)
+    assert [t.game_over for t in helper.kept] == [parl.GameOver.NOT_OVER] * 2 + [parl.GameOver.TRUNCATED]
+    batch = helper.batch(helper.kept)
+    np.testing.assert_array_equal(batch.rewards["reward"], np.array([1, 2, 3], np.float32))
+    assert batch.rewards["reward"].dtype == np.float32
+    assert batch.segment_end.tolist() == [False, False, True] and not batch.terminal.any()
 
 
 class _LimitedActAgent(ActAgent):
@@ -241,8 +256,8 @@ class _TaggingHelper(parl.AgentHelper):
         self.tag = "mine"
         self.seen: list[float] = []
 
-    def on_transition(self, transition) -> None:  # type: ignore[no-untyped-def]
-        self.seen.append(float(transition.rewards["reward"][0]))
+    def on_transition(self, transition: parl.Transition) -> None:
+        self.seen.append(float(transition.step.rewards["reward"]))
 
 
 @pytest.mark.timeout(30)

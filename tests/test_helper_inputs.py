@@ -16,8 +16,8 @@ class RecordingHelper(parl.AgentHelper):
         super().__init__(name, comm)
         self.transitions: list[parl.TrainingBatch] = []
 
-    def on_transition(self, transition: parl.TrainingBatch) -> None:
-        self.transitions.append(transition)
+    def on_transition(self, transition: parl.Transition) -> None:
+        self.transitions.append(self.batch([transition]))
 
 
 def assert_same_transitions(got: list[parl.TrainingBatch], want: list[parl.TrainingBatch]) -> None:
@@ -146,33 +146,23 @@ def test_game_over_given_as_an_int_is_read_as_its_status_and_a_bad_one_is_refuse
 
 
 @pytest.mark.timeout(30)
-def test_store_step_goes_through_an_overridden_store_data() -> None:
-    class CountingHelper(parl.AgentHelper):
-        """Keeps nothing, but counts what it is given (an override users rely on)."""
-
-        def __init__(self, name: str, comm: parl.Communicator) -> None:
-            super().__init__(name, comm)
-            self.rewards: list[float] = []
-
-        def store_data(self, inputs, actions=None, rewards=None, game_over=parl.GameOver.NOT_OVER, extras=None):  # type: ignore[no-untyped-def]
-            if rewards is not None:
-                self.rewards.append(float(rewards))  # type: ignore[arg-type]
-            super().store_data(inputs, actions, rewards, game_over, extras)
-
+def test_each_predict_is_recorded_once() -> None:
     wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", EchoAlgorithm()))
-    helper = CountingHelper("RL", wrapper.create_communicator(0))
+    helper = parl.AgentHelper("RL", wrapper.create_communicator(0))
     wrapper.start()
     try:
-        for r in (1.0, 2.0):
-            helper.predict({"obs": np.zeros(2, np.float32)})
-            helper.store_step(r)
-        helper.predict({"obs": np.zeros(2, np.float32)})
-        helper.last_prediction = None  # a prediction made elsewhere closes the step of the last predict
         with pytest.raises(ValueError, match="call predict first"):
-            helper.store_step(3.0)
+            helper.store_step(1.0)  # nothing predicted yet
+        helper.predict({"obs": np.zeros(2, np.float32)})
+        helper.store_step(1.0)
+        with pytest.raises(ValueError, match="call predict first"):
+            helper.store_step(2.0)  # that predict is recorded
+        helper.predict({"obs": np.zeros(2, np.float32)})
+        with pytest.raises(ValueError, match="finite"):
+            helper.store_step(float("nan"))
+        helper.store_step(2.0)  # a step that failed its checks stays open
     finally:
         wrapper.stop()
-    assert helper.rewards == [1.0, 2.0]
 
 
 @pytest.mark.timeout(30)

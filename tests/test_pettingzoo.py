@@ -104,8 +104,8 @@ class RecordingHelper(parl.AgentHelper):
         self.transitions: list[parl.TrainingBatch] = []
         self.ends: list[parl.GameOver] = []
 
-    def on_transition(self, transition: parl.TrainingBatch) -> None:
-        self.transitions.append(transition)
+    def on_transition(self, transition: parl.Transition) -> None:
+        self.transitions.append(self.batch([transition]))
 
     def on_episode_end(self, game_over: parl.GameOver) -> None:
         self.ends.append(game_over)

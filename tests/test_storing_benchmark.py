@@ -55,24 +55,14 @@ def test_every_row_measures_env_steps_and_cpu() -> None:
     for prioritized in (False, True):
         run = storing.reference(make_env, 16, 4, 0.3, prioritized)
         assert math.isfinite(run["cpu_us_per_step"]) and run["steps_per_s"] > 0
-    for row in (storing.GENERAL, storing.ONE_ROW, storing.N_STEP_GENERAL, storing.N_STEP, storing.PRIORITIZED):
+    for row in (storing.ONE_STEP, storing.N_STEP, storing.PRIORITIZED):
         run = storing.agent_storing(make_env, 16, 4, 0.3, row)
         assert math.isfinite(run["cpu_us_per_step"]) and run["steps_per_s"] > 0, row
 
 
-def test_the_general_path_row_really_takes_the_general_path() -> None:
-    wrapper_task = storing.agent_manager(
-        lambda: WideObsEnv(16), 16, storing.parl.ManagerConfig(num_agents=1, runtime="coroutines", max_episodes=1)
-    ).tasks["RL"]
-    wrapper = storing.parl.ComputationWrapper(wrapper_task, storing.parl.WrapperConfig())
-    comm = wrapper.create_communicator(0)
-    assert not storing.GeneralPathReplay("RL", comm)._row_fast
-    assert storing.parl.ExpReplayHelper("RL", comm)._row_fast
-
-
 def test_each_agent_run_is_compared_with_the_references_around_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # in the order measure() asks for them
-    rates = iter([100.0, 50.0, 300.0, 90.0, 200.0, 10.0, 100.0, 20.0, 300.0, 40.0, 60.0, 80.0])
+    rates = iter([100.0, 90.0, 200.0, 20.0, 300.0, 40.0, 60.0, 80.0])
 
     def fake(*args, **kwargs) -> dict:  # type: ignore[no-untyped-def]
         return {"steps_per_s": next(rates), "cpu_us_per_step": 1.0}
@@ -80,14 +70,11 @@ def test_each_agent_run_is_compared_with_the_references_around_it(monkeypatch: p
     monkeypatch.setattr(storing, "reference", fake)
     monkeypatch.setattr(storing, "agent_storing", fake)
     rows = {r["row"]: r for r in storing.measure("CartPole-v1", 4, 0.1, 1)}
-    # uniform: ref 100, general 50, ref 300, one-row 90, ref 200, n-step general 10, ref 100, n-step 20,
-    # ref 300; prioritized: ref 40, agent 60, ref 80
-    assert rows[storing.GENERAL]["ratio"] == pytest.approx(50 / 200)
-    assert rows[storing.ONE_ROW]["ratio"] == pytest.approx(90 / 250)
-    assert rows[storing.N_STEP_GENERAL]["ratio"] == pytest.approx(10 / 150)
-    assert rows[storing.N_STEP]["ratio"] == pytest.approx(20 / 200)
+    # uniform: ref 100, one-step 90, ref 200, n-step 20, ref 300; prioritized: ref 40, agent 60, ref 80
+    assert rows[storing.ONE_STEP]["ratio"] == pytest.approx(90 / 150)
+    assert rows[storing.N_STEP]["ratio"] == pytest.approx(20 / 250)
     assert rows[storing.PRIORITIZED]["ratio"] == pytest.approx(60 / 60)
-    assert rows[storing.REFERENCE]["runs"] == 5 and rows[storing.REFERENCE]["steps_per_s"] == 200
+    assert rows[storing.REFERENCE]["runs"] == 3 and rows[storing.REFERENCE]["steps_per_s"] == 200
 
 
 def test_main_refuses_rounds_or_windows_that_measure_nothing(capsys: pytest.CaptureFixture[str]) -> None:

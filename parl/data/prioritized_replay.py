@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from parl.data.replay_buffer import ReplayBuffer
+from parl.data.replay_buffer import _NONE, ReplayBuffer
 from parl.data.specs import FieldSpec
 from parl.framework.types import TrainingBatch
 
@@ -182,23 +182,21 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         frac = min(1.0, self.added / self.beta_steps)
         return self.beta0 + frac * (1.0 - self.beta0)
 
-    def add(self, batch: TrainingBatch) -> np.ndarray:
-        first = self.added
-        idx = super().add(batch)
-        self._row_id[idx] = first + np.arange(idx.size)
-        self.tree.update(idx, self.max_priority**self.alpha)
-        return idx
-
-    def add_transition(
+    def add_row(
         self,
-        obs: np.ndarray,
-        action: Any,
-        reward: float,
-        next_obs: np.ndarray,
+        inputs: Mapping[str, Any],
+        actions: Mapping[str, Any],
+        rewards: Mapping[str, Any],
+        next_inputs: Mapping[str, Any],
         terminal: bool,
-        bootstrap_steps: int | None = None,
+        states: Mapping[str, Any] = _NONE,
+        next_states: Mapping[str, Any] = _NONE,
+        extras: Mapping[str, Any] = _NONE,
+        bootstrap_steps: int = 1,
     ) -> int:
-        i = super().add_transition(obs, action, reward, next_obs, terminal, bootstrap_steps)
+        """:meth:`ReplayBuffer.add_row`, the new row at the highest priority seen so far."""
+        steps = bootstrap_steps
+        i = super().add_row(inputs, actions, rewards, next_inputs, terminal, states, next_states, extras, steps)
         self._row_id[i] = self.added - 1
         self.tree.set(i, self.max_priority**self.alpha)
         return i

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ __all__ = ["ReplayBuffer"]
 _GROUPS = ("inputs", "actions", "rewards", "next_inputs", "states", "next_states", "extras")
 _TERMINAL = FieldSpec("terminal", (), "bool")
 _STEPS = FieldSpec("bootstrap_steps", (), "int64")
+_NONE: Mapping[str, Any] = MappingProxyType({})
 
 
 class ReplayBuffer:
@@ -65,23 +67,6 @@ class ReplayBuffer:
         self._next = 0
         self._size = 0
         self.added = 0
-        # The arrays add_transition writes (obs, action, reward, next obs), for a task with one field of
-        # each kind and no states or extras; None for any other layout.
-        single = all(len(self._specs[g]) == 1 for g in ("inputs", "actions", "rewards"))
-        self._single: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        if single and not self._specs["states"] and not self._specs["extras"]:
-            self._single = tuple(  # type: ignore[assignment]
-                self._data[g][self._specs[g][0].name] for g in ("inputs", "actions", "rewards", "next_inputs")
-            )
-
-    @property
-    def takes_transitions(self) -> bool:
-        """Whether :meth:`add_transition` applies: one input, one action and one reward field, no states or
-        extras, and no subclass's own :meth:`add` that ``add_transition`` would pass by."""
-        cls = type(self)
-        add_owner = next(k for k in cls.__mro__ if "add" in vars(k))
-        row_owner = next(k for k in cls.__mro__ if "add_transition" in vars(k))
-        return self._single is not None and issubclass(row_owner, add_owner)
 
     def __len__(self) -> int:
         return self._size
@@ -106,67 +91,58 @@ class ReplayBuffer:
         if batch.bootstrap_steps is not None:
             given = {"bootstrap_steps": batch.bootstrap_steps}
             steps = check_fields(given, [_STEPS], task=self.name, group="batch", batch_size=n)["bootstrap_steps"]
-        if n == 0:
-            return np.zeros(0, np.int64)
-        idx = (self._next + np.arange(n)) % self.capacity
-        for g in _GROUPS:
-            for k, v in checked[g].items():
-                self._data[g][k][idx] = v
-        self._terminal[idx] = terminal
-        self._steps[idx] = 1 if steps is None else steps
-        self._has_steps = self._has_steps or steps is not None
-        self._next = int((self._next + n) % self.capacity)
-        self._size = min(self.capacity, self._size + n)
-        self.added += n
-        return idx
-
-    def add_transition(
-        self,
-        obs: np.ndarray,
-        action: Any,
-        reward: float,
-        next_obs: np.ndarray,
-        terminal: bool,
-        bootstrap_steps: int | None = None,
-    ) -> int:
-        """Append one transition whose values the caller has checked against the specs; return its position.
-
-        The row :meth:`add` would store for a one-row batch of these values, in a
-        few assignments instead of a batch's checks: the per-step write of an
-        agent's replay helper (values it took from the task's own prediction
-        and from checked observations). Only for a buffer with one input, one
-        action and one reward field and no states or extras
-        (:attr:`takes_transitions`). ``bootstrap_steps`` is an n-step row's
-        span, as a batch's ``bootstrap_steps`` (None: a one-step row)::
-
-            buf.add_transition(obs, action, 1.0, next_obs, terminal=False)
-        """
-        single = self._single
-        if single is None:
-            raise ValueError(
-                f"{self.name}: add_transition needs one input, one action and one reward field and no states or "
-                f"extras; this buffer has {self._layout()} (use add with a TrainingBatch)"
+        first = self._next
+        for i in range(n):
+            self.add_row(
+                {k: v[i] for k, v in checked["inputs"].items()},
+                {k: v[i] for k, v in checked["actions"].items()},
+                {k: v[i] for k, v in checked["rewards"].items()},
+                {k: v[i] for k, v in checked["next_inputs"].items()},
+                bool(terminal[i]),
+                {k: v[i] for k, v in checked["states"].items()},
+                {k: v[i] for k, v in checked["next_states"].items()},
+                {k: v[i] for k, v in checked["extras"].items()},
+                1 if steps is None else int(steps[i]),
             )
+        self._has_steps = self._has_steps or steps is not None
+        return (first + np.arange(n)) % self.capacity
+
+    def add_row(
+        self,
+        inputs: Mapping[str, Any],
+        actions: Mapping[str, Any],
+        rewards: Mapping[str, Any],
+        next_inputs: Mapping[str, Any],
+        terminal: bool,
+        states: Mapping[str, Any] = _NONE,
+        next_states: Mapping[str, Any] = _NONE,
+        extras: Mapping[str, Any] = _NONE,
+        bootstrap_steps: int = 1,
+    ) -> int:
+        """Append one row of values already checked against the specs (one sample per field, recurrent
+        states with or without their row axis of one); return its position. The write of every add: an
+        agent's replay helper stores each transition with it, :meth:`add` each row of a checked batch::
+
+            buf.add_row({"obs": obs}, {"action": 1}, {"reward": 1.0}, {"obs": next_obs}, terminal=False)
+        """
         i = self._next
-        inputs, actions, rewards, next_inputs = single
-        inputs[i] = obs
-        actions[i] = action
-        rewards[i] = reward
-        next_inputs[i] = next_obs
+        data = self._data
+        for group, values in (
+            ("inputs", inputs), ("actions", actions), ("rewards", rewards), ("next_inputs", next_inputs),
+            ("states", states), ("next_states", next_states), ("extras", extras),
+        ):  # fmt: skip
+            columns = data[group]
+            for k, v in values.items():
+                columns[k][i] = v
         self._terminal[i] = terminal
-        if bootstrap_steps is not None:
-            self._steps[i] = bootstrap_steps
+        if bootstrap_steps != 1:
             self._has_steps = True
-        elif self._has_steps:
-            self._steps[i] = 1  # the row it replaces may have spanned several steps
+        self._steps[i] = bootstrap_steps  # (the row it replaces may have spanned several steps)
         self._next = i + 1 if i + 1 < self.capacity else 0
         if self._size < self.capacity:
             self._size += 1
         self.added += 1
         return i
-
-    def _layout(self) -> str:
-        return ", ".join(f"{g} {[s.name for s in specs]}" for g, specs in self._specs.items() if g != "next_inputs")
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> TrainingBatch:
         """``batch_size`` rows drawn uniformly with replacement."""

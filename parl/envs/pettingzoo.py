@@ -18,15 +18,12 @@ transitions::
 How it maps the parallel API:
 
 * **Helpers.** The Manager builds one helper per (parl agent, task). The first PettingZoo agent of
-  a task uses it; the others get clones (:func:`clone_helper`: same class, same config) on the same
-  :class:`Communicator`. Sharing the communicator is safe because a parl agent has at most one
-  request of each kind in flight, and it works on every runtime (learn results of agents in worker
-  processes are routed to that communicator).
-* **Predictions.** Each step, the observations of all live PettingZoo agents of a task go out as
-  **one** prediction request with one row per PettingZoo agent, and the requests of all tasks are
-  sent before waiting on any. Rows fall back to one request per PettingZoo agent, sent in turn,
-  when the task is recurrent (each helper carries its own states) or the agent runs in a worker
-  process (processes and Ray runtimes, whose shared buffers hold one row per agent).
+  a task uses it; the others get clones (:func:`clone_helper`: same class, same config, a
+  communicator of their own to the same task), so every PettingZoo agent has its own request in
+  flight and its own recurrent states.
+* **Predictions.** Each step, the requests of all live PettingZoo agents, of every task, are sent
+  before waiting on any (``AgentHelper.send``, then ``receive``), so they join the same batches;
+  ``batch_predictions=False`` predicts one after the other.
 * **Leaving agents.** A PettingZoo agent whose ``terminations`` or ``truncations`` flag is set
   stores its final observation (``store_final``, terminated or truncated) and acts no more; one
   that disappears from ``env.agents`` without a flag is stored as truncated (bootstrapped). Agents
@@ -55,7 +52,6 @@ from parl.framework.agent import Agent
 from parl.framework.agent_helper import AgentHelper
 from parl.framework.communicator import Communicator
 from parl.framework.errors import RunStopped
-from parl.framework.types import Prediction
 
 __all__ = ["ParallelEnvAgent", "ParallelStepResult", "clone_helper", "require_pettingzoo"]
 
@@ -219,24 +215,14 @@ class ParallelEnvAgent(Agent):
     def act(self, inputs: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
         """Predict the actions of every PettingZoo agent in ``inputs`` (name -> task inputs).
 
-        With ``batch_predictions`` the request of every PettingZoo agent whose task has no recurrent states
-        goes out before any wait (each has a communicator of its own), so all of them join one round; the
-        others predict one after the other.
+        With ``batch_predictions`` the requests of all of them go out before any wait (each has a helper and
+        a communicator of its own), so all of them join one round; else they predict one after the other.
         """
-        batched = [n for n in inputs if self.batch_predictions and not self.helper_for(n).state_specs]
-        for name in batched:
-            self.helper_for(name).comm.send(inputs[name], {}, self.explore)
-        out = {n: self.helper_for(n).predict(inputs[n], self.explore) for n in inputs if n not in set(batched)}
-        for name in batched:
-            helper = self.helper_for(name)
-            pred, row = helper.comm.receive()
-            # The helper's own view of this prediction: store_data takes the extras (e.g. PPO's logp) from it.
-            helper.last_prediction = Prediction(
-                actions={k: v[row : row + 1] for k, v in pred.actions.items()},
-                extras={k: v[row : row + 1] for k, v in pred.extras.items()},
-            )
-            out[name] = {k: v[row] for k, v in pred.actions.items()}
-        return out
+        if not self.batch_predictions:
+            return {n: self.helper_for(n).predict(inputs[n], self.explore) for n in inputs}
+        for name in inputs:
+            self.helper_for(name).send(inputs[name], self.explore)
+        return {n: self.helper_for(n).receive() for n in inputs}
 
     # ------------------------------------------------------------ env
     def begin_episode(self) -> None:
@@ -293,15 +279,13 @@ class ParallelEnvAgent(Agent):
     def _store_step(
         self,
         live: list[str],
-        inputs: Mapping[str, Mapping[str, np.ndarray]],
-        actions: Mapping[str, Mapping[str, np.ndarray]],
         step: ParallelStepResult,
         last_observations: Mapping[str, Any],
     ) -> None:
         remaining = set(self.parallel_env.agents)
         for name in live:
             helper = self.helper_for(name)
-            helper.store_data(inputs[name], actions[name], step.rewards.get(name, 0.0))
+            helper.store_step(step.rewards.get(name, 0.0))
             terminated = step.terminations.get(name, False)
             if terminated or step.truncations.get(name, False) or name not in remaining:
                 final_obs = step.observations.get(name, last_observations[name])
@@ -317,7 +301,7 @@ class ParallelEnvAgent(Agent):
             inputs = {name: self.inputs_for(name, observations[name]) for name in live}
             actions = self.act(inputs)
             step = self.step_env({name: self.env_action(name, actions[name]) for name in live})
-            self._store_step(live, inputs, actions, step, observations)
+            self._store_step(live, step, observations)
             observations = step.observations
             live = self._live_agents(observations)
             self.episode_ended = not live

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -28,8 +27,7 @@ class StepBudget(Protocol):
         ...
 
 
-@dataclass(slots=True)
-class StepResult:
+class StepResult(NamedTuple):
     """The outcome of one action step (``K`` time steps with action repetition ``K``)."""
 
     obs: Any
@@ -59,6 +57,8 @@ def env_flags(agent_id: int, terminated: Any, truncated: Any) -> tuple[bool, boo
 
 
 _BOOLS = (bool, np.bool_)
+_new_tuple = tuple.__new__
+"""``StepResult`` made without the Python frame of its generated ``__new__`` (one per agent step)."""
 
 
 def check_env_action(action: Any, space: Any, where: str, model_outputs: str = "") -> None:
@@ -134,7 +134,8 @@ class Agent:
         # Set by the runtime when the run has a step budget.
         self.step_budget: StepBudget | None = None
         self._seeded = False
-        self._action_checked = False  # the first action is checked against the env's action space
+        self._action_checked = False  # whether the first action was checked
+        self._checking_actions = True  # actions are checked against the env's action space until an episode ends
 
     def run_one_episode(self) -> float | None:
         """Play one episode; return its total reward (None: use ``episode_return``)."""
@@ -160,31 +161,19 @@ class Agent:
         return obs
 
     def env_step(self, action: Any) -> StepResult:
-        """Apply ``action`` for ``action_repeat`` time steps; return the last observation and summed reward."""
+        """Apply ``action`` for ``action_repeat`` time steps; return the last observation and summed reward.
+
+        Each action of the agent's first episode is checked against the env's action space (an action the
+        env cannot take fails here, named, rather than deep in the env or silently); each time step takes
+        one step of the run's budget (:class:`RunStopped` when it is spent before the first)."""
         env = self.env
         if env is None:
             raise RuntimeError(f"agent {self.agent_id} has no environment")
-        if not self._action_checked:
-            self._check_first_action(action)
-        if self.action_repeat == 1 and self.step_budget is None:
-            # The common case, without the repetition loop (this runs once per agent step).
-            step_obs, reward, term, trunc, step_info = env.step(action)
-            self.episode_steps += 1  # counted before a conversion can raise: the step happened
-            self.total_steps += 1
-            if type(term) is not bool or type(trunc) is not bool:
-                term, trunc = env_flags(self.agent_id, term, trunc)
-            r = float(reward)
-            self.episode_return += r
-            self.episode_ended = term or trunc
-            return StepResult(step_obs, r, term, trunc, step_info if type(step_info) is dict else dict(step_info), 1)
-        total = 0.0
-        obs: Any = None
-        terminated = truncated = False
-        info: dict[str, Any] = {}
-        time_steps = 0
-        budget = self.step_budget
+        if self._checking_actions:
+            self._check_action(action)
+        budget, total, time_steps = self.step_budget, 0.0, 0
         try:
-            while time_steps < self.action_repeat:
+            while True:
                 if budget is not None and not budget.reserve_step():
                     if time_steps == 0:
                         raise RunStopped(f"agent {self.agent_id}: the run's step budget is spent")
@@ -196,26 +185,40 @@ class Agent:
                         budget.release_step()  # a step that did not happen does not use the budget
                     raise
                 time_steps += 1  # before a conversion can raise: the step happened
-                total += float(reward)
+                total += reward if type(reward) is float else float(reward)
                 if type(terminated) is not bool or type(truncated) is not bool:
                     terminated, truncated = env_flags(self.agent_id, terminated, truncated)
-                if terminated or truncated:
+                if terminated or truncated or time_steps == self.action_repeat:
                     break
         finally:
             # The steps taken count however the repetition ends (an env or a reward that raises).
             self.episode_steps += time_steps
             self.total_steps += time_steps
         self.episode_return += total
-        self.episode_ended = terminated or truncated
-        return StepResult(obs, total, terminated, truncated, dict(info), time_steps)
+        if terminated or truncated:
+            self.episode_ended = True
+            self._checking_actions = False
+        info = info if type(info) is dict else dict(info)
+        return _new_tuple(StepResult, (obs, total, terminated, truncated, info, time_steps))
+
+    def _check_action(self, action: Any) -> None:
+        """One action of the first episode against the env's action space (the first also through
+        :meth:`_check_first_action`, where a subclass adds what it knows of the model)."""
+        if not self._action_checked:
+            self._action_checked = True
+            self._check_first_action(action)
+        elif (space := getattr(self.env, "action_space", None)) is not None:
+            check_env_action(action, space, self._acting_for())
 
     def _check_first_action(self, action: Any) -> None:
-        """Check the agent's first action against its env's action space (once per agent: an action the
-        env cannot take fails here, named, rather than deep in the env or silently)."""
-        self._action_checked = True
+        """Check the agent's first action against its env's action space."""
         space = getattr(self.env, "action_space", None)
         if space is not None:
-            check_env_action(action, space, f"agent {self.agent_id}")
+            check_env_action(action, space, self._acting_for())
+
+    def _acting_for(self) -> str:
+        """Who chose the action, as an action error names it."""
+        return f"agent {self.agent_id}"
 
     def close(self) -> None:
         """Close the helpers (stopping any learner thread) and the environment."""

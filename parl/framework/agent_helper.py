@@ -1,15 +1,21 @@
 """AgentHelpers: data preparation and communication between an agent and one task.
 
-:class:`AgentHelper` is the base every helper builds on: ``predict``/``act`` for one agent's
-requests, ``store_data``/``store_step``/``store_final`` for its experience, and ``learn`` to send
-a batch. The two helpers that keep experience are in their own modules:
+:class:`AgentHelper` is the base every helper builds on. Each agent step goes one way through it::
+
+    act / predict ──► send ──► receive ──► (the step is open) ──► store_step ──► Step
+                                                                                  │
+    store_final(next obs) ──► Transition(last Step, next obs, game over) ◄────────┘ (paired with the next Step)
+                                      │
+                                      ▼
+                               on_transition(transition)      the one hook a helper that keeps experience overrides
+
+The two helpers that keep experience are in their own modules:
 :class:`~parl.framework.on_policy_helper.OnPolicyHelper` (segments of ``sample_interval`` steps) and
-:class:`~parl.framework.replay_helper.ExpReplayHelper` (a replay buffer per agent). Here also the row
-helpers both use (the plain-row check, stacking, transitions)::
+:class:`~parl.framework.replay_helper.ExpReplayHelper` (a replay buffer per agent)::
 
     helper = AgentHelper("RL", comm)                    # comm: the agent's Communicator of task "RL"
     action = helper.act(obs)                            # one batched prediction, this agent's row
-    helper.store_step(reward)                           # the step's record, for a subclass to keep
+    helper.store_step(reward)                           # the step, checked (kept by a subclass)
     helper.store_final({"obs": last_obs}, terminated=True)
 """
 
@@ -18,23 +24,19 @@ from __future__ import annotations
 import enum
 import logging
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from parl.data.packing import stack_rows
-from parl.data.specs import FieldSpec, SpecError, all_finite_array, as_flag, check_fields, fast_checked, zeros_for
+from parl.data.specs import FieldSpec, SpecError, as_flag, check_fields, fast_checked, zeros_for
 from parl.framework.communicator import Communicator
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
-__all__ = ["AgentHelper", "GameOver", "LearnTrigger"]
+__all__ = ["AgentHelper", "GameOver", "LearnTrigger", "Step", "Transition", "transitions_batch"]
 
 logger = logging.getLogger(__name__)
-
-_MISSING = object()
-_NO_STATES: dict[str, np.ndarray] = {}
-"""The states of a task without recurrent states (never changed)."""
 
 
 class GameOver(enum.IntEnum):
@@ -50,8 +52,6 @@ class GameOver(enum.IntEnum):
     TRUNCATED = 2
 
 
-# The members as plain module names: store_data compares with them on every agent step, and a module
-# name is cheaper to read than the enum class's attribute.
 _NOT_OVER, _TERMINATED, _TRUNCATED = GameOver.NOT_OVER, GameOver.TERMINATED, GameOver.TRUNCATED
 
 LEARN_GRACE_EPISODES = 2
@@ -71,22 +71,59 @@ class LearnTrigger(enum.Enum):
     (ExpReplayHelper; agents in the learner process: threads or coroutines runtime)."""
 
 
+class Step(NamedTuple):
+    """One recorded time step of one agent in one task, checked against the task's specs.
+
+    ``inputs``, ``actions`` and ``extras`` hold one sample each (no batch axis), ``states`` the recurrent
+    states the prediction used (one row each), ``rewards`` the reward fields (a float for a scalar
+    float field, else an array)."""
+
+    inputs: dict[str, np.ndarray]
+    states: dict[str, np.ndarray]
+    actions: dict[str, Any]
+    rewards: dict[str, Any]
+    extras: dict[str, Any]
+
+
+class Transition(NamedTuple):
+    """A recorded step and what followed it: the next observation (with its states) and whether it ended
+    the episode. ``cut`` marks the last transition before the agent cut an episode short (no final
+    observation): multi-step estimators do not chain past it."""
+
+    step: Step
+    next_inputs: dict[str, np.ndarray]
+    next_states: dict[str, np.ndarray]
+    game_over: GameOver
+    cut: bool
+
+
+_new_tuple = tuple.__new__
+"""``Step`` and ``Transition`` made without the Python frame of their generated ``__new__`` (per step)."""
+
+# A request sent and not yet answered, then the answered step until it is recorded:
+# (the inputs given, the arrays sent, the states sent, prediction, row, the actions predict returned).
+_Open = tuple[Mapping[str, Any], dict[str, np.ndarray], dict[str, np.ndarray], Prediction | None, int, dict[str, Any]]
+
+
 class AgentHelper:
     """Hides data preparation and communication with one ComputationTask.
 
     One helper per (agent, task). ``predict`` sends one sample and blocks
-    until this agent's actions come back; it carries recurrent states between
-    steps by itself. ``store_data`` records one time step's experience
-    (``inputs``, ``actions``, ``rewards``, ``game_over`` of that step; the
-    ``states`` are the ones the helper used). ``learn`` sends training data
-    and blocks until the learning step that used it has finished.
+    until this agent's actions come back (``send`` and ``receive`` are its two
+    halves, for an agent with several requests in flight); it carries
+    recurrent states between steps by itself. ``store_step`` records the step
+    of the latest prediction with its rewards, ``store_final`` an episode's
+    final observation, ``store_data`` a step given in full. ``learn`` sends
+    training data and blocks until the learning step that used it has
+    finished.
 
-    The base class turns consecutive experiences into transitions; a custom
-    helper overrides :meth:`on_transition` and :meth:`learn`::
+    Consecutive records become :class:`Transition` objects handed to
+    :meth:`on_transition`; this base class keeps none of them. A custom helper
+    overrides ``on_transition`` and ``learn``::
 
         class LastStepHelper(AgentHelper):
-            def on_transition(self, batch):
-                self.pending = batch            # keep only the latest transition
+            def on_transition(self, transition):
+                self.pending = self.batch([transition])   # keep only the latest, as a one-row batch
 
             def learn(self):
                 return self.comm.learn(self.pending)
@@ -99,13 +136,8 @@ class AgentHelper:
         self.helpers["RL"].store_final({"obs": next_obs}, terminated=True)
     """
 
-    # What every agent step or episode reads and writes sits in slots: a helper has more attributes than
-    # CPython shares a class's dict keys for, and slots keep the per-step ones out of a per-helper dict.
-    # Everything else (and a subclass's own attributes) stays in the instance dict.
-    __slots__ = (
-        "__dict__", "__weakref__", "_step_open", "_act", "_store_step_fast", "_scalar_reward", "_final_row",
-        "_pre_states", "_prev", "states", "_stored",
-    )  # fmt: skip
+    # What every agent step reads and writes sits in slots; a subclass's own attributes go to the dict.
+    __slots__ = ("__dict__", "__weakref__", "comm", "states", "_sent", "_open", "_prev", "_stored", "_reward_key")
 
     def __init__(self, name: str, comm: Communicator) -> None:
         self.name = name
@@ -117,58 +149,23 @@ class AgentHelper:
         self.reward_specs: list[FieldSpec] = task.reward_specs
         self.extra_specs: list[FieldSpec] = task.extra_learn_specs
         self.states: dict[str, np.ndarray] = zeros_for(self.state_specs, 1)
-        # The states used by the latest prediction, until store_data consumes them (None: none pending).
-        self._pre_states: dict[str, np.ndarray] | None = None
-        self._prev: dict[str, Any] | None = None
-        # The latest prediction as (sent, prediction, row): the batch it came in and this agent's row
-        # (None: the whole of it). While an act() step is the latest, it is in ``_act`` instead.
-        self._answer: tuple[Any, Prediction | None, int | None] = (None, None, None)
-        # A helper that does not override on_transition (or _completed) has no use for transitions:
-        # skip building them.
-        self._wants_transitions = (
-            type(self).on_transition is not AgentHelper.on_transition
-            or type(self)._completed is not AgentHelper._completed
+        self._sent: _Open | None = None  # the request in flight
+        self._open: _Open | None = None  # the latest answered request, until its step is recorded
+        self._latest: tuple[Prediction | None, int | None] = (None, None)  # for last_prediction
+        self._prev: Step | None = None  # the latest recorded step, until the next observation pairs it
+        self._act_fields = (
+            (self.input_specs[0].name, self.action_specs[0].name)
+            if len(self.input_specs) == 1 and len(self.action_specs) == 1
+            else None
         )
-        # ... and one that overrides neither hook only validates what store_data is given.
-        self._consumes_nothing = not self._wants_transitions and (
-            type(self).on_episode_end is AgentHelper.on_episode_end
-        )
-        # The (key, object) pairs the latest predict was given, and the arrays the task accepted for them.
-        self._accepted_pairs: tuple[tuple[str, Any], ...] = ()
-        self._accepted: dict[str, np.ndarray] = {}
-        self._returned_actions: dict[str, Any] = {}
-        # Whether the latest predict's step is still to be recorded (store_step records it once).
-        self._step_open = False
-        self._action_dtypes = {spec.name: spec.np_dtype for spec in self.action_specs}
-        self._only_action = self.action_specs[0].name if len(self.action_specs) == 1 else None
-        stateless_single = len(self.input_specs) == 1 and not self.state_specs
-        self._single_input = self.input_specs[0].name if stateless_single else None
-        # act() takes its short way unless a subclass's own predict must see every request.
-        self._act_short = (
-            stateless_single and self._only_action is not None and type(self).predict is AgentHelper.predict
-        )
-        self._act_name = self._only_action or ""  # the action field act() returns when _act_short
-        # The latest act() as (what it was given, the answer (sent, prediction, row), the action it
-        # returned), until a record needs the step's dicts above (_step_of_act) or predict() runs.
-        self._act: tuple[Any, tuple[Any, Prediction, int], Any] | None = None
-        # One scalar reward field: a float reward is stored without the general check.
         only = self.reward_specs[0] if len(self.reward_specs) == 1 else None
-        self._scalar_reward = only if only is not None and only.shape == () and only.np_dtype.kind == "f" else None
-        # Nothing would run in store_data but its checks (no hook, no override): store_final only checks
-        # the observation (fast_checked, then the full check through store_data when that declines), and
-        # store_step of a float reward to the one scalar reward field only checks the reward.
-        self._final_fast = self._consumes_nothing and type(self).store_data is AgentHelper.store_data
-        self._store_step_fast = self._final_fast and self._scalar_reward is not None
-        # ... and with one input field, store_final's check of the one array in a few comparisons:
-        # (key, shape, dtype, whether it must be finite).
-        self._final_row: tuple[str, tuple[int, ...], np.dtype, bool] | None = None
-        if self._final_fast and self._single_input is not None:
-            spec = self.input_specs[0]
-            self._final_row = (spec.name, spec.shape, spec.np_dtype, spec.finite_only)
+        # The one scalar float reward field that takes a finite float as it is (else None: the full check).
+        scalar = only is not None and only.shape == () and only.np_dtype.kind == "f" and not only.allow_nan
+        self._reward_key = only.name if scalar and only is not None else None
         self.last_learn: LearnResult | None = None
         self.learn_calls = 0
-        # What check_episode reads: whether a step of this episode was recorded (set by the records of a
-        # helper that keeps them), and whether the final observation came with a prediction unrecorded.
+        # What check_episode reads: whether a step of this episode was recorded, and whether the final
+        # observation came with a prediction unrecorded.
         self._stored = False
         self._final_unrecorded = False
         self._idle_episodes = 0  # episode ends with data ready and no learn() yet (LearnTrigger.AGENT)
@@ -181,43 +178,42 @@ class AgentHelper:
     def start_episode(self) -> None:
         """Reset the recurrent state and forget the last experience (called by the Agent)."""
         self.states = zeros_for(self.state_specs, 1) if self.state_specs else {}
-        self._pre_states = None
+        self._sent = self._open = None
         self._prev = None
-        self._step_open = False
         self._stored = self._final_unrecorded = False
 
     # ------------------------------------------------------------ predict
-    def predict(self, inputs: Mapping[str, Any], explore: bool = True) -> dict[str, np.ndarray]:
-        """This agent's actions for one sample of ``inputs`` (arrays without a batch axis)."""
-        comm = self.comm
+    def send(self, inputs: Mapping[str, Any], explore: bool = True) -> None:
+        """Send one sample of ``inputs`` (arrays without a batch axis) for prediction; :meth:`receive` waits
+        for the answer. ``predict`` is the two together."""
         # A dict of our own: the request holds it until it is served, and the caller may change theirs.
-        checked = comm.send(dict(inputs), self.states, explore)
-        pred, row = comm.receive()
-        self._answer = (checked, pred, row)
-        self._act = None
-        # The task accepted exactly these arrays (specs on entry, NaN/inf on the packed batch), so
-        # store_data of the same objects need not check them again.
-        self._accepted_pairs = tuple(inputs.items())
-        self._accepted = checked
-        self._pre_states = self.states
+        states = self.states
+        self._sent = (inputs, self.comm.send(dict(inputs), states, explore), states, None, 0, {})
+
+    def receive(self) -> dict[str, Any]:
+        """Wait for the answer to :meth:`send`; this agent's actions (one sample per field)."""
+        sent = self._sent
+        if sent is None:
+            raise SpecError(f"agent {self.agent_id}, task {self.name!r}: receive needs a request sent first")
+        self._sent = None
+        pred, row = self.comm.receive()
+        actions = {k: v[row] for k, v in pred.actions.items()}
+        self._open = (sent[0], sent[1], sent[2], pred, row, actions)
+        self._latest = (pred, row)
         if pred.states:
             self.states = {k: v[row : row + 1] for k, v in pred.states.items()}
-        only = self._only_action
-        actions = {only: pred.actions[only][row]} if only is not None else {k: v[row] for k, v in pred.actions.items()}
-        # The task produced these actions, so store_data of the very same objects skips their check.
-        self._returned_actions = actions
-        self._step_open = True
         return actions
+
+    def predict(self, inputs: Mapping[str, Any], explore: bool = True) -> dict[str, Any]:
+        """This agent's actions for one sample of ``inputs`` (arrays without a batch axis)."""
+        self.send(inputs, explore)
+        return self.receive()
 
     def act(self, value: Any, explore: bool = True) -> Any:
         """This agent's action for one observation, in a task with one input field and one action field.
 
-        The same as ``predict({input_name: value}, explore)[action_name]``
-        without the dicts: the shorter form of the common loop, and the
-        cheapest request per step (a task without recurrent states sends the
-        observation with a few comparisons when it already has the spec's
-        shape and dtype). A helper that overrides :meth:`predict` gets the
-        call there::
+        The same request and open step as ``predict({input_name: value},
+        explore)[action_name]``, the shorter form of the common loop::
 
             action = helper.act(obs)
             step = self.env_step(action)
@@ -227,45 +223,28 @@ class AgentHelper:
             SpecError: (a ``ValueError``) the task has several input or action
                 fields, or ``value`` does not match the input spec.
         """
-        if not self._act_short:
-            only = self._only_action
-            if len(self.input_specs) != 1 or only is None:
-                raise SpecError(
-                    f"agent {self.agent_id}, task {self.name!r}: act needs one input and one action field; the "
-                    f"task has inputs {[s.name for s in self.input_specs]} and actions "
-                    f"{[s.name for s in self.action_specs]} (use predict with dicts)"
-                )
-            return self.predict({self.input_specs[0].name: value}, explore)[only]
-        key, comm = self._single_input, self.comm
-        sent = comm.send({key: value}, _NO_STATES, explore)  # type: ignore[dict-item]
+        fields = self._act_fields
+        if fields is None:
+            raise SpecError(
+                f"agent {self.agent_id}, task {self.name!r}: act needs one input and one action field; the "
+                f"task has inputs {[s.name for s in self.input_specs]} and actions "
+                f"{[s.name for s in self.action_specs]} (use predict with dicts)"
+            )
+        key, name = fields
+        given, states, comm = {key: value}, self.states, self.comm
+        sent = comm.send(given, states, explore)
         pred, row = comm.receive()
-        answer = (sent[key], pred, row)  # type: ignore[index]
-        action = pred.actions[self._act_name][row]
-        self._act = (value, answer, action)  # the step's dicts are built when a record needs them
-        self._step_open = True
+        action = pred.actions[name][row]
+        self._open = (given, sent, states, pred, row, {name: action})
+        self._latest = (pred, row)
+        if pred.states:
+            self.states = {k: v[row : row + 1] for k, v in pred.states.items()}
         return action
-
-    def _step_of_act(self) -> tuple[tuple[str, Any], ...]:
-        """Build the step dicts of the latest :meth:`act` as :meth:`predict` keeps them; return the pairs."""
-        key, only, act = self._single_input, self._only_action, self._act
-        assert key is not None and only is not None and act is not None  # act's short way only (_act_short)
-        given, answer, action = act
-        pairs = self._accepted_pairs = ((key, given),)
-        self._accepted = {key: answer[0]}
-        self._returned_actions = {only: action}
-        self._pre_states = self.states
-        self._answer, self._act = answer, None
-        return pairs
-
-    def _latest(self) -> tuple[Prediction | None, int | None]:
-        """The latest prediction's batch and this agent's row in it (None: the whole of it)."""
-        answer = self._act[1] if self._act is not None else self._answer
-        return answer[1], answer[2]
 
     @property
     def last_prediction(self) -> Prediction | None:
         """This agent's part of the latest prediction (one row per array), or None before the first."""
-        pred, row = self._latest()
+        pred, row = self._latest
         if pred is None or row is None:
             return pred
         return Prediction(
@@ -274,12 +253,49 @@ class AgentHelper:
             {k: v[row : row + 1] for k, v in pred.extras.items()},
         )
 
-    @last_prediction.setter
-    def last_prediction(self, pred: Prediction | None) -> None:
-        self._answer, self._act = (None, pred, None), None
-        self._step_open = False  # a prediction made elsewhere: store_step has no inputs of it
-
     # --------------------------------------------------------- experience
+    def store_step(self, rewards: Mapping[str, Any] | float, extras: Mapping[str, Any] | None = None) -> None:
+        """Record the step of the latest :meth:`predict` (or :meth:`act`) with its ``rewards``.
+
+        The same record as :meth:`store_data` given the very inputs that
+        ``predict`` was given and the actions it returned, without checking
+        them twice::
+
+            action = helper.predict({"obs": obs})["action"]
+            step = self.env_step(action)
+            helper.store_step(step.reward)
+
+        ``extras`` are the per-sample extras to learn from, as in
+        :meth:`store_data`; None takes them from the prediction. Each
+        ``predict`` is recorded once: a second ``store_step`` raises; one that
+        failed its checks leaves the step open. ``store_step``, ``store_data``
+        and ``store_final`` are entries; what a helper keeps is decided in
+        :meth:`on_transition`.
+
+        Raises:
+            SpecError: (a ``ValueError``) no step of a ``predict`` is waiting
+                to be recorded, or the rewards or extras do not match the specs.
+        """
+        step = self._open
+        if step is None:
+            raise SpecError(
+                f"agent {self.agent_id}, task {self.name!r}: store_step records the step of the latest predict "
+                "or act, and there is none waiting (call predict first; each predict is recorded once)"
+            )
+        key = self._reward_key
+        if key is not None and type(rewards) is float and rewards - rewards == 0.0:  # (finite exactly then)
+            fields: dict[str, Any] = {key: rewards}
+        else:
+            fields = self._reward_fields(rewards)
+        extra = {} if extras is None and not self.extra_specs else self._extras(extras, step[3], step[4])
+        # _record, written out (once per agent step): close the step, pair the previous one with it.
+        record = _new_tuple(Step, (step[1], step[2], step[5], fields, extra))
+        self._open = None
+        self._stored = True
+        prev, self._prev = self._prev, record
+        if prev is not None:
+            self.on_transition(_new_tuple(Transition, (prev, record.inputs, record.states, _NOT_OVER, False)))
+
     def store_data(
         self,
         inputs: Mapping[str, Any],
@@ -293,174 +309,100 @@ class AgentHelper:
         ``game_over`` is the status of *this* step (see :class:`GameOver`). The
         last step of an episode carries its final observation with
         ``TERMINATED`` or ``TRUNCATED`` and no actions or rewards; see
-        :meth:`store_final`.
+        :meth:`store_final`. Inputs and actions that are the very objects the
+        latest ``predict`` was given and returned are not checked again.
         """
-        self._flush_fast()
-        if game_over is not _NOT_OVER and type(game_over) is not GameOver:
-            game_over = GameOver(int(game_over))  # an int (store_final passes a member: no lookup)
-        if game_over is not _NOT_OVER and (_holds(actions) or rewards is not None or _holds(extras)):
-            raise SpecError(
-                f"agent {self.agent_id}, task {self.name!r}: store_data with game_over={game_over.name} records "
-                "an episode's final observation, which has no actions, rewards or extras (they would be "
-                "dropped); record the last step with store_step(reward) (or store_data without game_over), "
-                "then its next observation with store_final(inputs, terminated)"
-            )
-        if game_over is _NOT_OVER and self._act is not None:
-            # A step of act() recorded here: build what predict keeps (a final observation needs none of it).
-            self._step_of_act()
-        if (
-            game_over is _NOT_OVER
-            and self._consumes_nothing
-            and extras is None
-            and actions is not None
-            and type(rewards) is float
-        ):
-            # Once per agent step of a helper that keeps nothing: the objects predict was given and
-            # returned, with a finite float reward, need no check (anything else takes the full one).
-            pairs, returned, only = self._accepted_pairs or (), self._returned_actions, self._only_action
-            if (
-                len(pairs) == 1
-                and len(inputs) == 1
-                and inputs.get(pairs[0][0]) is pairs[0][1]
-                and only is not None
-                and len(actions) == 1
-                and actions.get(only, None) is returned.get(only, _MISSING)
-                and self._scalar_reward is not None
-                and math.isfinite(rewards)
-            ):
-                self._pre_states = None
-                self._step_open = False
-                return
-        if self._consumes_nothing:
-            self._validate_step(inputs, actions, rewards, game_over, extras)
-            self._step_open = False  # recorded (a step that failed its checks stays open)
-            return
-        # The states that go with these inputs: those the prediction on them used, or, when there
-        # was no prediction since the last record (the final observation), the current states.
-        states = self._pre_states if self._pre_states is not None else self.states
-        self._pre_states = None
-        record: dict[str, Any] = {
-            "inputs": self._accepted_inputs(inputs)
-            or self._plain_input(inputs)
-            or self._check(inputs, self.input_specs, "inputs"),
-            "states": states,
-            "game_over": game_over,
-        }
-        if game_over == _NOT_OVER:
-            if actions is None or rewards is None:
+        over = game_over if type(game_over) is GameOver else GameOver(int(game_over))
+        if over is not _NOT_OVER:
+            if _holds(actions) or rewards is not None or _holds(extras):
                 raise SpecError(
-                    f"agent {self.agent_id}, task {self.name!r}: store_data of a step that is not game over "
-                    "needs actions and rewards"
+                    f"agent {self.agent_id}, task {self.name!r}: store_data with game_over={over.name} records "
+                    "an episode's final observation, which has no actions, rewards or extras (they would be "
+                    "dropped); record the last step with store_step(reward) (or store_data without game_over), "
+                    "then its next observation with store_final(inputs, terminated)"
                 )
-            record["actions"] = self._returned(actions) or self._check(actions, self.action_specs, "actions")
-            record["rewards"] = self._reward_fields(rewards)
-            if extras is None:
-                # The task's own prediction, checked against these specs when it was made.
-                record["extras"] = self._extras_from_prediction()
-            else:
-                record["extras"] = self._check(extras, self.extra_specs, "extras") if self.extra_specs or extras else {}
-            self._stored = True  # a step of this episode was recorded (see check_episode)
-        self._step_open = False  # recorded (a step that failed its checks stays open)
-        # This record is the next transition's start before the hooks run: a hook that raises (a learn
-        # that fails) leaves no earlier step to chain again to the next one.
-        prev, self._prev = self._prev, record if game_over == _NOT_OVER else None
-        if prev is not None and prev["game_over"] == _NOT_OVER and self._wants_transitions:
-            self._completed(prev, record)
-        if game_over != _NOT_OVER:
-            self.on_episode_end(game_over)
-
-    def store_step(self, rewards: Mapping[str, Any] | float, extras: Mapping[str, Any] | None = None) -> None:
-        """Record the step of the latest :meth:`predict` (or :meth:`act`) with its ``rewards``.
-
-        The same as :meth:`store_data` given the very inputs that ``predict``
-        was given and the actions it returned, so nothing is built or checked
-        twice; the common loop's shorter form::
-
-            action = helper.predict({"obs": obs})["action"]
-            step = self.env_step(action)
-            helper.store_step(step.reward)
-
-        ``extras`` are the per-sample extras to learn from, as in
-        :meth:`store_data`; None takes them from the prediction. A helper that
-        overrides ``store_data`` gets the call there. Each ``predict`` is
-        recorded once: a second ``store_step`` (or one after
-        :meth:`store_data` recorded that step) raises; one that failed its
-        checks leaves the step open.
-
-        Raises:
-            SpecError: (a ``ValueError``) no step of a ``predict`` is waiting
-                to be recorded, or the rewards or extras do not match the specs.
-        """
-        if (
-            self._store_step_fast
-            and self._step_open
-            and extras is None
-            and type(rewards) is float
-            and (rewards - rewards == 0.0 or self._scalar_reward.allow_nan)  # type: ignore[union-attr]
-        ):
-            # Once per agent step of a helper that keeps nothing: predict checked the rest, and a float
-            # minus itself is 0.0 exactly when it is finite.
-            self._step_open = False  # (nothing here reads the states a prediction used)
-            return
-        if not self._step_open:
-            raise SpecError(
-                f"agent {self.agent_id}, task {self.name!r}: store_step records the step of the latest predict "
-                "or act, and there is none waiting (call predict first; each predict is recorded once)"
-            )
-        pairs = self._accepted_pairs if self._act is None else self._step_of_act()
-        self.store_data(dict(pairs), self._returned_actions, rewards, extras=extras)
-
-    def _validate_step(
-        self,
-        inputs: Mapping[str, Any],
-        actions: Mapping[str, Any] | None,
-        rewards: Mapping[str, Any] | float | None,
-        game_over: GameOver | int,
-        extras: Mapping[str, Any] | None,
-    ) -> None:
-        """What store_data checks, for a helper that keeps nothing: the same errors, no records.
-
-        This runs once per agent step, so the common case (the objects that
-        ``predict`` was given and returned, a float reward) is checked by
-        identity and one comparison; anything else takes the full check.
-        """
-        self._pre_states = None
-        if self._accepted_inputs(inputs) is None and self._plain_input(inputs) is None:
-            self._check(inputs, self.input_specs, "inputs")
-        if game_over is not _NOT_OVER:  # store_data made it a GameOver
+            self._end(inputs, over)
             return
         if actions is None or rewards is None:
             raise SpecError(
                 f"agent {self.agent_id}, task {self.name!r}: store_data of a step that is not game over "
                 "needs actions and rewards"
             )
-        returned = self._returned_actions
-        if len(actions) != len(returned):
-            self._check(actions, self.action_specs, "actions")
+        step = self._open
+        checked_inputs = self._inputs(inputs)
+        states = step[2] if step is not None else self.states
+        if step is not None and _same(actions, step[5]):
+            checked_actions: Mapping[str, Any] = step[5]
         else:
-            for k, v in actions.items():
-                if returned.get(k) is not v:
-                    self._check(actions, self.action_specs, "actions")
-                    break
-        spec = self._scalar_reward
-        if spec is None or type(rewards) is not float or not (math.isfinite(rewards) or spec.allow_nan):
-            self._reward_fields(rewards)  # the general check (raises on a bad reward)
-        if extras is not None and (self.extra_specs or extras):
-            self._check(extras, self.extra_specs, "extras")
+            checked_actions = self._check(actions, self.action_specs, "actions")
+        key = self._reward_key
+        if key is not None and type(rewards) is float and rewards - rewards == 0.0:  # (finite exactly then)
+            fields: dict[str, Any] = {key: rewards}
+        else:
+            fields = self._reward_fields(rewards)
+        pred, row = (step[3], step[4]) if step is not None else (None, 0)
+        extras_checked = self._extras(extras, pred, row)
+        self._record(_new_tuple(Step, (checked_inputs, states, checked_actions, fields, extras_checked)))
+
+    def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
+        """Record the final observation of an episode: terminated (True) or truncated (False)."""
+        if terminated is not True and terminated is not False:
+            terminated = as_flag(terminated, f"agent {self.agent_id}, task {self.name!r}: store_final's terminated")
+        self._end(inputs, _TERMINATED if terminated else _TRUNCATED)
+
+    def _record(self, step: Step) -> None:
+        """Close the open step with ``step`` and pair the previous step with it."""
+        self._open = None
+        self._stored = True
+        # This step is the next transition's start before the hook runs: a hook that raises (a learn that
+        # fails) leaves no earlier step to chain again to the next one.
+        prev, self._prev = self._prev, step
+        if prev is not None:
+            self.on_transition(_new_tuple(Transition, (prev, step.inputs, step.states, _NOT_OVER, False)))
+
+    def _end(self, inputs: Mapping[str, Any], over: GameOver) -> None:
+        """The episode's final observation ``inputs``: the last transition, then :meth:`on_episode_end`."""
+        checked = self._inputs(inputs)
+        step = self._open
+        if step is not None and not self._stored:
+            self._final_unrecorded = True  # the episode's steps were predicted, none recorded (check_episode)
+        # The states that go with the final observation: those of a prediction made on it, else the current.
+        states = step[2] if step is not None else self.states
+        self._open = None
+        prev, self._prev = self._prev, None
+        if prev is not None:
+            self.on_transition(_new_tuple(Transition, (prev, checked, states, over, False)))
+        self.on_episode_end(over)
+
+    def _inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """``inputs`` checked: the arrays sent when they are the objects the latest prediction was given."""
+        step = self._open
+        if step is not None and _same(inputs, step[0]):
+            return step[1]
+        return fast_checked(inputs, self.input_specs, None, False, True) or self._check(
+            inputs, self.input_specs, "inputs"
+        )
+
+    def _extras(self, extras: Mapping[str, Any] | None, pred: Prediction | None, row: int) -> dict[str, Any]:
+        """The step's per-sample extras to learn from: ``extras`` checked, else the prediction's own."""
+        if extras is not None:
+            return self._check(extras, self.extra_specs, "extras") if self.extra_specs or extras else {}
+        if not self.extra_specs:
+            return {}
+        got = pred.extras if pred is not None else {}
+        missing = [s.name for s in self.extra_specs if s.name not in got]
+        if missing:
+            raise SpecError(
+                f"agent {self.agent_id}, task {self.name!r}: learning needs extras {missing}; pass them to "
+                "store_data(extras=...) or predict first (the algorithm's prediction provides them)"
+            )
+        return {s.name: got[s.name][row] for s in self.extra_specs}
 
     def _check(self, data: Mapping[str, Any], specs: list[FieldSpec], group: str) -> dict[str, np.ndarray]:
         return check_fields(data, specs, task=self.name, group=group, batched=False, agent_id=self.agent_id)
 
-    def _reward_fields(self, rewards: Mapping[str, Any] | float) -> dict[str, np.ndarray]:
-        """The checked reward fields of one step; a plain float goes to the single reward field."""
-        spec = self._scalar_reward
-        if spec is not None and type(rewards) is float:
-            if not (math.isfinite(rewards) or spec.allow_nan):
-                raise SpecError(
-                    f"agent {self.agent_id}, task {self.name!r}, rewards field {spec.name!r}: expected finite "
-                    f"values, got {rewards}"
-                )
-            return {spec.name: np.array(rewards, dtype=spec.np_dtype)}
+    def _reward_fields(self, rewards: Mapping[str, Any] | float) -> dict[str, Any]:
+        """The checked reward fields of one step; a plain number goes to the single reward field."""
         if isinstance(rewards, Mapping):
             return self._check(rewards, self.reward_specs, "rewards")
         if len(self.reward_specs) != 1:
@@ -470,94 +412,33 @@ class AgentHelper:
             )
         only = self.reward_specs[0]
         if isinstance(rewards, (int, float)) and not isinstance(rewards, bool) and only.shape == ():
+            if only.np_dtype.kind == "f" and not (math.isfinite(rewards) or only.allow_nan):
+                raise SpecError(
+                    f"agent {self.agent_id}, task {self.name!r}, rewards field {only.name!r}: expected finite "
+                    f"values, got {rewards}"
+                )
             value: Any = np.array(rewards, dtype=only.np_dtype)
         else:
             value = rewards
         return self._check({only.name: value}, self.reward_specs, "rewards")
 
-    def _returned(self, actions: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
-        """The actions as arrays when they are the very objects the last ``predict`` returned, else None."""
-        returned = self._returned_actions
-        if not returned or len(actions) != len(returned):
-            return None
-        out = {}
-        for k, v in actions.items():
-            if returned.get(k) is not v:
-                return None
-            arr = np.asarray(v)
-            if arr.dtype != self._action_dtypes[k]:
-                return None
-            out[k] = arr
-        return out
+    def batch(self, transitions: Sequence[Transition]) -> TrainingBatch:
+        """``transitions`` (time-ordered, of this helper's task) as one :class:`TrainingBatch`."""
+        return transitions_batch(transitions, self.comm.wrapper.task)
 
-    def _accepted_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
-        """The checked arrays when ``inputs`` holds the very objects of the last prediction, else None."""
-        pairs = self._accepted_pairs
-        if not pairs or self._act is not None or len(inputs) != len(pairs):  # (an act's pairs are not built)
-            return None
-        if len(pairs) == 1:
-            ((key, obj),) = pairs
-            if inputs.get(key) is not obj:
-                return None
-        else:
-            for key, obj in pairs:
-                if inputs.get(key) is not obj:
-                    return None
-        return self._accepted
-
-    def _plain_input(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
-        """The inputs as checked arrays when they need no conversion (the final observation of every
-        episode), without the general machinery; else None (then the full check runs)."""
-        return fast_checked(inputs, self.input_specs, None, False, True)
-
-    def _extras_from_prediction(self) -> dict[str, np.ndarray]:
-        """Per-sample extras the algorithm asked to learn from, taken from this step's prediction."""
-        if not self.extra_specs:
-            return {}
-        pred, row = self._latest()
-        got = pred.extras if pred is not None else {}
-        missing = [s.name for s in self.extra_specs if s.name not in got]
-        if missing:
-            raise SpecError(
-                f"agent {self.agent_id}, task {self.name!r}: learning needs extras {missing}; pass them to "
-                "store_data(extras=...) or predict first (the algorithm's prediction provides them)"
-            )
-        return {s.name: got[s.name][row or 0] for s in self.extra_specs}
-
-    def store_final(self, inputs: Mapping[str, Any], terminated: bool) -> None:
-        """Record the final observation of an episode: terminated (True) or truncated (False)."""
-        if terminated is not True and terminated is not False:
-            terminated = self._final_flag(terminated)
-        if self._step_open and not self._stored:
-            self._final_unrecorded = True  # the episode's steps were predicted, none recorded (check_episode)
-        row = self._final_row
-        if row is not None:
-            # Once per episode: all store_data does with a final observation when nothing keeps it.
-            if plain_row(inputs, row) is not None:
-                self._pre_states = None
-                self._step_open = False
-                return
-        elif self._final_fast and type(inputs) is dict and fast_checked(inputs, self.input_specs, None, False, True):
-            # The same with several input fields.
-            self._pre_states = None
-            self._step_open = False
-            return
-        self.store_data(inputs, game_over=_TERMINATED if terminated else _TRUNCATED)
-
-    def _final_flag(self, terminated: object) -> bool:
-        """``store_final``'s ``terminated`` as a bool, or a :class:`SpecError` naming this agent and task
-        (``'False'`` would be recorded as a termination). Every ``store_final`` calls this unless it is
-        True or False already."""
-        return as_flag(terminated, f"agent {self.agent_id}, task {self.name!r}: store_final's terminated")
-
+    # ------------------------------------------------------------- checks
     def check_episode(self) -> list[tuple[str, str]]:
         """What looks wrong in the episode this helper's agent just finished, as ``(kind, message)`` pairs.
 
         Called by the runtime after each finished episode (``run_agent_loop``), which logs a warning once
-        per kind, agent and task. Here: a helper that keeps experience whose task answered the episode's
-        predictions, none of which was recorded (no ``store_step`` or ``store_data``). Subclasses add
-        their own (a missing ``learn()`` with ``LearnTrigger.AGENT``)."""
-        if self._consumes_nothing or self._stored or not (self._step_open or self._final_unrecorded):
+        per kind, agent and task. Nothing here: this helper keeps no experience. Helpers that keep it add
+        :meth:`_unrecorded` (predictions answered, no step recorded) and their own (a missing ``learn()``
+        with ``LearnTrigger.AGENT``)."""
+        return []
+
+    def _unrecorded(self) -> list[tuple[str, str]]:
+        """The ``store`` warning: the task answered this episode's predictions and no step was recorded."""
+        if self._stored or not (self._open is not None or self._final_unrecorded):
             return []
         return [
             (
@@ -586,35 +467,7 @@ class AgentHelper:
             )
         ]
 
-    def _flush_fast(self) -> None:
-        """Hand what a subclass's one-row path keeps to the general path (nothing here). Every general
-        record goes through store_data, which calls this first."""
-
-    def _completed(self, prev: dict[str, Any], cur: dict[str, Any]) -> None:
-        """A transition is complete: ``prev`` and ``cur`` are the records of two consecutive steps.
-
-        Builds the one-row transition and hands it to :meth:`on_transition`. A helper
-        that keeps transitions in another form (rows stacked at send time) overrides this.
-        """
-        self.on_transition(self._transition(prev, cur))
-
-    def _transition(self, prev: Mapping[str, Any], cur: Mapping[str, Any]) -> TrainingBatch:
-        def rows(d: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-            return {k: np.asarray(v)[None] for k, v in d.items()}
-
-        over = cur["game_over"]
-        return TrainingBatch(
-            inputs=rows(prev["inputs"]),
-            actions=rows(prev["actions"]),
-            rewards=rows(prev["rewards"]),
-            next_inputs=rows(cur["inputs"]),
-            terminal=np.array([over == _TERMINATED]),
-            segment_end=np.array([over != _NOT_OVER]),
-            states=dict(prev["states"]),
-            next_states=dict(cur["states"]),
-            extras=rows(prev["extras"]),
-        )
-
+    # ---------------------------------------------------------- lifecycle
     def close(self) -> None:
         """Release what the helper holds (threads); called when its agent is closed."""
 
@@ -631,11 +484,11 @@ class AgentHelper:
         """Restore :meth:`state_dict` (called on a fresh helper when a run resumes)."""
 
     # ---------------------------------------------------------- overrides
-    def on_transition(self, transition: TrainingBatch) -> None:
-        """Called with each completed one-row transition. Override to store it."""
+    def on_transition(self, transition: Transition) -> None:
+        """Called with each completed transition. Override to keep it."""
 
     def on_episode_end(self, game_over: GameOver) -> None:
-        """Called after the final experience of an episode."""
+        """Called after the final transition of an episode."""
 
     def learn(self) -> LearnResult | None:
         """Send training data if there is some; block until learned. Override."""
@@ -648,67 +501,71 @@ class AgentHelper:
         return result
 
 
-def concat_batches(batches: list[TrainingBatch]) -> TrainingBatch:
-    from parl.framework.computation_wrapper import pack_training_batches
-
-    return pack_training_batches(batches)[0]
-
-
 def _holds(value: Any) -> bool:
     """Whether ``value`` holds something to record: anything but None and an empty mapping."""
     return value is not None and not (isinstance(value, Mapping) and not value)
 
 
-def plain_row(inputs: Mapping[str, Any], check: tuple[str, tuple[int, ...], np.dtype, bool]) -> np.ndarray | None:
-    """The array of a task's one input field in ``inputs`` when it needs no conversion (``check``: the
-    field's name, shape, dtype and whether it must be finite), else None: the check ``store_data`` gives
-    a final observation, in a few comparisons."""
-    if type(inputs) is not dict or len(inputs) != 1:
-        return None
-    key, shape, dtype, finite = check
-    arr = inputs.get(key)
-    if (
-        type(arr) is np.ndarray
-        and arr.shape == shape
-        and (arr.dtype is dtype or arr.dtype == dtype)
-        and (not finite or not arr.size or all_finite_array(arr))
-    ):
-        return arr
-    return None
+def _same(given: Mapping[str, Any], known: Mapping[str, Any]) -> bool:
+    """Whether ``given`` holds exactly the objects of ``known`` under the same keys (a loop: a generator
+    costs a frame, and this runs twice per agent step)."""
+    if len(given) != len(known):
+        return False
+    for k, v in known.items():  # noqa: SIM110
+        if given.get(k) is not v:
+            return False
+    return True
 
 
-def stack_values(values: list[Any]) -> np.ndarray:
-    """``np.stack`` of one field's checked per-step values (one shape and dtype), in a fraction of its
-    time: ``np.array`` of scalars (a tenth), a concatenation of arrays (a third)."""
-    return np.array(values) if np.ndim(values[0]) == 0 else stack_rows(values)
+class _Specs(Protocol):
+    """What :func:`transitions_batch` reads of a task: its field specs by group."""
+
+    @property
+    def input_specs(self) -> list[FieldSpec]: ...
+    @property
+    def state_specs(self) -> list[FieldSpec]: ...
+    @property
+    def action_specs(self) -> list[FieldSpec]: ...
+    @property
+    def reward_specs(self) -> list[FieldSpec]: ...
+    @property
+    def extra_learn_specs(self) -> list[FieldSpec]: ...
 
 
-def stacked_transitions(pairs: list[list[Any]]) -> TrainingBatch:
-    """The time-ordered transitions of ``[prev record, cur record, cut]`` entries as one batch.
+def _stack(values: list[Any], spec: FieldSpec) -> np.ndarray:
+    """One field's per-step values (floats, NumPy scalars or arrays of the spec's shape) as one array."""
+    if not spec.shape:
+        return np.array(values, dtype=spec.np_dtype)
+    out = stack_rows([np.asarray(v) for v in values])
+    return out if out.dtype == spec.np_dtype else out.astype(spec.np_dtype)
 
-    ``segment_end`` is set where the next state ends the episode, where the agent cut the
-    episode (``cut``), and on the last row.
+
+def transitions_batch(transitions: Sequence[Transition], task: _Specs) -> TrainingBatch:
+    """Time-ordered ``transitions`` of one agent in ``task`` as one :class:`TrainingBatch`.
+
+    ``segment_end`` is set where the next observation ends the episode, where the agent cut it, and on
+    the last row::
+
+        batch = transitions_batch(helper_transitions, task)     # len(helper_transitions) rows
     """
+    steps = [t.step for t in transitions]
 
-    def stack(group: str, side: int) -> dict[str, np.ndarray]:
-        first = pairs[0][side][group]
-        return {k: stack_values([p[side][group][k] for p in pairs]) for k in first}
+    def group(name: str, specs: list[FieldSpec]) -> dict[str, np.ndarray]:
+        return {s.name: _stack([getattr(st, name)[s.name] for st in steps], s) for s in specs}
 
-    def concat(side: int) -> dict[str, np.ndarray]:
-        first = pairs[0][side]["states"]
-        return {k: np.concatenate([p[side]["states"][k] for p in pairs]) for k in first}
+    def states(rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        return {s.name: np.concatenate([r[s.name] for r in rows]) for s in task.state_specs}
 
-    over = [p[1]["game_over"] for p in pairs]
-    seg = np.array([o != _NOT_OVER or p[2] for o, p in zip(over, pairs)], bool)
+    seg = np.array([t.game_over is not _NOT_OVER or t.cut for t in transitions], bool)
     seg[-1] = True
     return TrainingBatch(
-        inputs=stack("inputs", 0),
-        actions=stack("actions", 0),
-        rewards=stack("rewards", 0),
-        next_inputs=stack("inputs", 1),
-        terminal=np.array([o == _TERMINATED for o in over], bool),
+        inputs=group("inputs", task.input_specs),
+        actions=group("actions", task.action_specs),
+        rewards=group("rewards", task.reward_specs),
+        next_inputs={s.name: _stack([t.next_inputs[s.name] for t in transitions], s) for s in task.input_specs},
+        terminal=np.array([t.game_over is _TERMINATED for t in transitions], bool),
         segment_end=seg,
-        states=concat(0),
-        next_states=concat(1),
-        extras=stack("extras", 0),
+        states=states([st.states for st in steps]),
+        next_states=states([t.next_states for t in transitions]),
+        extras=group("extras", task.extra_learn_specs),
     )
