@@ -403,10 +403,7 @@ class Manager:
         for slot in self.slots:
             if slot.agent is not None:
                 closing.append(slot.agent_id)
-                try:
-                    slot.agent.close()
-                except Exception:  # noqa: BLE001 - closing a broken env must not hide the run's outcome
-                    logger.debug("closing agent %d failed", slot.agent_id, exc_info=True)
+                slot.close()
 
     def stop(self) -> list[str]:
         """Stop agents and wrappers within ``stop_timeout_s``; return the names of threads still running.

@@ -25,8 +25,7 @@ _EXTRA_KEY = "extra"
 
 
 class Optimizer(Protocol):
-    """What an algorithm's optimizer offers: ``paddle.optimizer.Adam`` and
-    :class:`~parl.algorithms.optim.FusedAdam` both qualify."""
+    """What an algorithm's optimizer offers (``paddle.optimizer.Adam``, :class:`~parl.algorithms.optim.FusedAdam`)."""
 
     def step(self) -> None: ...
 
@@ -40,14 +39,8 @@ class Optimizer(Protocol):
 class Algorithm:
     """Base class of algorithms: predict and learn on paddle tensors.
 
-    An algorithm receives either a model **factory** (a no-argument callable
-    that returns a fresh :class:`Model`) or a model object. With a factory it
-    builds its own model and can build reference models (a target network, a
-    behaviour policy) with fresh parameters, kept in step by
-    ``sync_params_to``. With a model object it shares that model (its
-    parameters) with whoever else holds it. It owns its optimizer.
-
-    Subclasses implement :meth:`predict`, :meth:`learn` and :meth:`warm_up`::
+    Given a model factory it builds its own model and can build reference models (a target network); given
+    a model object it shares it. Subclasses implement :meth:`predict`, :meth:`learn` and :meth:`warm_up`::
 
         class Regression(parl.Algorithm):
             def __init__(self, model, lr: float = 1e-3) -> None:
@@ -65,18 +58,10 @@ class Algorithm:
                 loss = (err ** 2).mean()
                 self.apply_gradients(loss, self.optimizer)
                 return {"loss": loss, "error": err}
-
-    ``learn`` returns a dict of tensors: 0-d tensors become scalar metrics,
-    tensors with one row per sample are handed back per sample.
     """
 
     replica_counters: ClassVar[tuple[str, ...]] = ()
-    """Names of int attributes that :meth:`predict` advances (e.g. DQN's ``explored_samples``).
-
-    With predictions in worker processes (``WrapperConfig.predict_in_workers``) each worker
-    predicts on a replica of this algorithm; the runtime keeps these counters summed over all
-    replicas, so a schedule driven by them (an epsilon decay) follows the run's total. Any
-    other state that ``predict`` changes stays per replica."""
+    """Int attributes that :meth:`predict` advances (DQN's ``explored_samples``), summed over worker replicas."""
 
     def __init__(self, model: Model | ModelFactory) -> None:
         # Set before any model is built: warm_up and create_model may run subclass code.
@@ -114,9 +99,7 @@ class Algorithm:
         return model
 
     def _check_new(self, model: Model) -> None:
-        """Refuse a model the factory returned before: a reference model that is the online model (a DQN
-        target) would freeze the online parameters and learning would silently change nothing."""
-        # Earlier results still alive (a dead one cannot come back), this model and the reference models.
+        """Refuse a model the factory returned before (a target that is the online model would freeze it)."""
         self._created = [r for r in self._created if r() is not None]
         earlier = [r() for r in self._created]
         earlier += [getattr(self, "model", None), *self._reference_models.values()]
@@ -129,13 +112,8 @@ class Algorithm:
             )
 
     def create_reference_model(self, name: str) -> Model:
-        """A fresh model under ``name`` (e.g. ``"target"``), initialised as a copy of ``self.model``.
-
-        Reference models are saved and loaded with the algorithm. A reference model that holds a
-        parameter of ``self.model`` (a layer the model factory captured) is refused with
-        :class:`~parl.framework.sharing.SharedParameterError`, unless that layer is marked
-        :func:`parl.layers.shared`.
-        """
+        """A fresh model under ``name`` (e.g. ``"target"``), a copy of ``self.model``, saved with the algorithm;
+        one holding a parameter of ``self.model`` is refused unless that layer is :func:`parl.layers.shared`."""
         ref = self.create_model()
         check_independent_copy(ref, self.model, f"{type(self).__name__}'s reference model {name!r}")
         self.model.sync_params_to(ref, decay=0.0)
@@ -154,11 +132,7 @@ class Algorithm:
 
     # ------------------------------------------------------------- interface
     def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
-        """Call every model method this algorithm uses, once, on a dummy batch.
-
-        This builds lazily sized layers before the optimizer collects the
-        parameters. Must be overridden.
-        """
+        """Call every model method this algorithm uses once on a dummy batch (builds lazy layers); required."""
         raise NotImplementedError(f"{type(self).__name__} must define warm_up()")
 
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
@@ -166,11 +140,7 @@ class Algorithm:
         raise NotImplementedError(f"{type(self).__name__} must define predict()")
 
     def learn(self, batch: TrainingBatch) -> Mapping[str, paddle.Tensor | np.ndarray | float]:
-        """One update from ``batch`` (whose arrays are paddle tensors).
-
-        Values may be tensors, numpy arrays or numbers: 0-d ones are metrics, ones with a row
-        per sample are per-sample results.
-        """
+        """One update from ``batch`` (paddle tensors); returns 0-d metrics and per-sample values by name."""
         raise NotImplementedError(f"{type(self).__name__} must define learn()")
 
     def extra_learn_specs(self) -> list[FieldSpec]:
@@ -183,22 +153,11 @@ class Algorithm:
 
     # --------------------------------------------------------------- helpers
     def tensor(self, slot: str, value: np.ndarray) -> paddle.Tensor:
-        """``value`` as a tensor for use within this call, without a new tensor per call.
-
-        ``paddle.to_tensor`` keeps memory it never frees on every call (Paddle 3.3); inside
-        ``learn`` and ``predict`` use this for per-call arrays (advantages, targets, indices):
-        ``slot`` names the use, and the same tensor is refilled on the next call (see
-        :class:`~parl.utils.tensors.TensorStaging`).
-        """
+        """``value`` as the tensor of ``slot``, refilled on each call (``paddle.to_tensor`` leaks per call)."""
         return self._staging.tensor(slot, value)
 
     def apply_gradients(self, loss: paddle.Tensor, optimizer: Optimizer, model: Model | None = None) -> None:
-        """Back-propagate ``loss`` and step ``optimizer``.
-
-        Gradients are computed outside any lock; the parameter write happens
-        under ``model.param_lock`` so concurrent predictions see either the
-        old or the new parameters, never a mix.
-        """
+        """Back-propagate ``loss`` and step ``optimizer`` under ``model.param_lock`` (predictions see no mix)."""
         model = self.model if model is None else model
         loss.backward()
         with model.param_lock:
@@ -214,22 +173,14 @@ class Algorithm:
         return items
 
     def on_replica(self, index: int, seed: int) -> None:
-        """Called once on a worker process's replica of this algorithm, before its first prediction.
-
-        ``index`` is the worker's and ``seed`` a seed derived from the run's seed and ``index``.
-        The default gives every ``numpy.random.Generator`` attribute a stream of its own, so that
-        replicas do not draw the same exploration noise; override to reseed other random state.
-        """
+        """Called once on a worker's replica before its first prediction: by default every
+        ``numpy.random.Generator`` attribute gets a stream of its own (override for other random state)."""
         for name, value in list(vars(self).items()):
             if isinstance(value, np.random.Generator):
                 setattr(self, name, np.random.default_rng([seed, index]))
 
     def extra_state(self) -> dict[str, Any]:
-        """Plain-Python state saved with the parameters: counters, RNG states.
-
-        Override (together with :meth:`set_extra_state`) so that a resumed run
-        continues where it stopped, e.g. DQN's exploration schedule.
-        """
+        """Plain-Python state saved with the parameters (counters, RNG states); see :meth:`set_extra_state`."""
         return {}
 
     def set_extra_state(self, state: Mapping[str, Any]) -> None:
@@ -242,10 +193,8 @@ class Algorithm:
         return state
 
     def state_snapshot(self) -> dict[str, Any]:
-        """A copy of :meth:`state_dict` that later learning does not change (tensors as numpy arrays).
-
-        Taken under ``model.learn_lock``, so no learning step is half applied in it; restore it
-        with :meth:`set_state_dict`. For example, to keep the parameters an evaluation scored::
+        """A copy of :meth:`state_dict` that later learning does not change (taken under ``learn_lock``),
+        e.g. to keep the parameters an evaluation scored::
 
             kept = algo.state_snapshot()
             ...                               # more learning

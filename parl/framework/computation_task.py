@@ -31,7 +31,6 @@ __all__ = ["ComputationTask", "AlgorithmFactory", "write_task_file"]
 AlgorithmFactory = Callable[[], Algorithm]
 
 _CHECKPOINT_KIND = "task"
-_STEPS_SPEC = FieldSpec("bootstrap_steps", (), "int64")
 
 
 # The dygraph grad mode of this thread (what paddle.no_grad() reads and sets).
@@ -46,12 +45,9 @@ def _to_numpy(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
 class ComputationTask:
     """A named computation routine of an agent: ``predict`` and ``learn`` on numpy dicts.
 
-    Built from an :class:`Algorithm` object (shared: two tasks on one
-    algorithm share its parameters) or from an algorithm factory (a fresh
-    algorithm with fresh parameters). Data crossing the task is validated
-    against the model's specs; a mistake raises ``ValueError`` naming the
-    task, the field, what was expected and what came. No gradient flows
-    between tasks: everything crossing the boundary is numpy.
+    Built from an :class:`Algorithm` (shared: tasks on one algorithm share its parameters) or an algorithm
+    factory. Data crossing the task is numpy, validated against the model's specs (a mistake raises
+    ``ValueError`` naming the task and field).
 
     Example::
 
@@ -62,9 +58,7 @@ class ComputationTask:
         result = task.learn(batch)                      # a TrainingBatch of numpy arrays
         result.metrics["loss"]
 
-    Thread safety: ``predict`` may run while ``learn`` runs in another
-    thread; it sees the parameters from before or after an optimizer step,
-    never in between.
+    ``predict`` may run while ``learn`` runs in another thread: it never sees half-applied parameters.
     """
 
     def __init__(self, name: str, algorithm: Algorithm | AlgorithmFactory) -> None:
@@ -95,18 +89,14 @@ class ComputationTask:
         self.extra_predict_specs: list[FieldSpec] = list(self.algorithm.extra_predict_specs())
         self._action_names = frozenset(s.name for s in self.action_specs)
         self._extra_names = frozenset(s.name for s in self.extra_predict_specs)
-        # How errors in the algorithm's predictions name their source.
         self._predict_source = f"{type(self.algorithm).__name__}.predict"
         self._update_listeners: list[Callable[[], None]] = []
         # Models of any task that share parameters with these take the same locks (parl.framework.sharing).
         join_lock_groups(models_of(self.algorithm))
 
     def add_update_listener(self, listener: Callable[[], None]) -> Callable[[], None]:
-        """Call ``listener()`` after every change of the parameters through this task (``learn``, ``load``).
-
-        It runs in the thread that changed them, under the model's ``learn_lock``, before that
-        call returns (the process runtime publishes the parameters to its workers' replicas
-        this way). Returns a function that removes the listener::
+        """Call ``listener()`` after every change of the parameters through this task (``learn``, ``load``),
+        under the model's ``learn_lock``. Returns a function that removes the listener::
 
             remove = task.add_update_listener(lambda: print("new parameters"))
             ...
@@ -138,19 +128,8 @@ class ComputationTask:
         explore: bool = True,
         check: bool = True,
     ) -> Prediction:
-        """Actions for a batch of inputs.
-
-        Args:
-            inputs: one array per input field, each with a leading batch axis.
-            states: recurrent states, one row per sample (required when the
-                model declares state specs; zeros start an episode).
-            explore: sample/explore (True) or act greedily (False).
-            check: validate the data against the specs (the agent group
-                validates per agent before packing and passes False).
-
-        Returns:
-            A :class:`Prediction` of numpy arrays with one row per sample.
-        """
+        """Actions (a :class:`Prediction`, one row per sample) for a batch of ``inputs``; ``states`` are required
+        when the model declares state specs; ``check=False`` skips validating the data (done per agent)."""
         if states is None:
             if self.state_specs:
                 raise SpecError(
@@ -161,7 +140,7 @@ class ComputationTask:
         if check:
             explore = as_flag(explore, f"task {self.name!r}, predict's explore")
             inputs = check_fields(inputs, self.input_specs, task=self.name, group="inputs")
-        rows = len(next(iter(inputs.values()))) if inputs else None  # the batch: what every output must have
+        rows = len(next(iter(inputs.values()))) if inputs else None  # what every output must have
         if check:
             states = check_fields(states, self.state_specs, task=self.name, group="states", batch_size=rows)
         model = self.algorithm.model
@@ -180,15 +159,9 @@ class ComputationTask:
         )
 
     def _actions_of(self, actions: Mapping[str, Any], rows: int | None) -> dict[str, np.ndarray]:
-        """The algorithm's predicted actions as numpy, with every action field of the model's specs (an
-        agent reads its action by that name: a missing one is the algorithm's mistake, said here), each
-        of its spec's dtype and per-row shape, with ``rows`` rows.
-
-        The check costs a few comparisons per action field, whatever the number of rows (a conversion
-        within the dtype kind, e.g. int32 to int64, copies that field)."""
+        """The algorithm's predicted actions as numpy, checked against the model's action specs (``rows`` rows)."""
         out = _to_numpy(actions)
-        if not out.keys() >= self._action_names:
-            # Not a SpecError, which tells an agent that its own data was wrong: the agent gets a TaskError.
+        if not out.keys() >= self._action_names:  # the algorithm's mistake: not a SpecError
             raise ValueError(
                 f"task {self.name!r}: the algorithm's predict returned actions {sorted(out)}, but the model's "
                 f"action specs are {[s.name for s in self.action_specs]}; missing "
@@ -199,16 +172,14 @@ class ComputationTask:
         )
 
     def _states_of(self, states: Mapping[str, Any], rows: int | None) -> dict[str, np.ndarray]:
-        """The algorithm's next recurrent states as numpy, checked against the model's state specs like
-        actions (:meth:`_actions_of`); a model without state specs passes them through."""
+        """The algorithm's next recurrent states as numpy, checked against the model's state specs (if any)."""
         out = _to_numpy(states)
         if not self.state_specs:
             return out
         return checked_outputs(out, self.state_specs, rows, task=self.name, group="states", source=self._predict_source)
 
     def _extras_of(self, extras: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The predicted extras as numpy, with every field the algorithm declares (``extra_predict_specs``):
-        a missing one would leave agents an earlier round's values where a worker reads them."""
+        """The predicted extras as numpy, with every field the algorithm declares (``extra_predict_specs``)."""
         out = _to_numpy(extras) if extras else {}
         if self._extra_names and not out.keys() >= self._extra_names:
             raise ValueError(  # the algorithm's mistake, as in _actions_of
@@ -230,24 +201,19 @@ class ComputationTask:
         if size == 0:
             raise SpecError(f"task {self.name!r}: a training batch must have at least one sample, got 0")
         b = {"batch_size": size, **kw}
-        flags = FieldSpec("terminal", (), "bool")
-        terminal = check_fields({"terminal": batch.terminal}, [flags], group="batch", **b)["terminal"]  # type: ignore[arg-type]
-        segment_end = None
-        if batch.segment_end is not None:
-            seg_spec = FieldSpec("segment_end", (), "bool")
-            segment_end = check_fields({"segment_end": batch.segment_end}, [seg_spec], group="batch", **b)[  # type: ignore[arg-type]
-                "segment_end"
-            ]
-        weights = None
-        if batch.weights is not None:
-            w_spec = FieldSpec("weights", (), "float32")
-            weights = check_fields({"weights": batch.weights}, [w_spec], group="batch", **b)["weights"]  # type: ignore[arg-type]
+
+        def per_row(name: str, dtype: str, value: Any) -> np.ndarray:
+            return check_fields({name: value}, [FieldSpec(name, (), dtype)], group="batch", **b)[name]  # type: ignore[arg-type]
+
+        terminal = per_row("terminal", "bool", batch.terminal)
+        segment_end = None if batch.segment_end is None else per_row("segment_end", "bool", batch.segment_end)
+        weights = None if batch.weights is None else per_row("weights", "float32", batch.weights)
+        if weights is not None:
             check_importance_weights(weights, f"agent {agent_id}, task {self.name!r}" if agent_id is not None
                                      else f"task {self.name!r}")  # fmt: skip
         bootstrap_steps = None
         if batch.bootstrap_steps is not None:
-            steps_given = {"bootstrap_steps": batch.bootstrap_steps}
-            bootstrap_steps = check_fields(steps_given, [_STEPS_SPEC], group="batch", **b)["bootstrap_steps"]  # type: ignore[arg-type]
+            bootstrap_steps = per_row("bootstrap_steps", "int64", batch.bootstrap_steps)
             if bootstrap_steps.size and bootstrap_steps.min() < 1:
                 who = f"agent {agent_id}, " if agent_id is not None else ""
                 raise SpecError(
@@ -269,12 +235,8 @@ class ComputationTask:
         )
 
     def learn(self, batch: TrainingBatch, check: bool = True) -> LearnResult:
-        """One learning step on ``batch`` (numpy arrays, validated unless ``check=False``).
-
-        Returns:
-            A :class:`LearnResult`: scalar metrics, and per-sample arrays
-            (one row per row of ``batch``).
-        """
+        """One learning step on ``batch`` (numpy, validated unless ``check=False``): scalar metrics and per-sample
+        arrays as a :class:`LearnResult`."""
         if check:
             batch = self.check_batch(batch)
         size = batch.size
@@ -324,12 +286,7 @@ class ComputationTask:
 
     # --------------------------------------------------------- save/load
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Save parameters, optimizer state and the algorithm's own state to ``path`` atomically.
-
-        The file holds data only (a safetensors file, see :mod:`parl.utils.safe_store`): loading it
-        executes nothing. It is written to a temporary name and renamed, so a save interrupted
-        midway leaves the previous file intact.
-        """
+        """Save parameters, optimizer state and the algorithm's own state to ``path`` atomically (data only)."""
         algo = self.algorithm
         with algo.model.learn_lock:
             names = {
@@ -340,12 +297,8 @@ class ComputationTask:
             write_task_file(path, self.name, algo.state_dict(), names)
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Restore what :meth:`save` wrote (parameters, optimizer state, the algorithm's own state).
-
-        Raises ``FileNotFoundError`` if there is no file, and :class:`CheckpointError` naming the file
-        if it is not a task checkpoint (another format, damaged, the old pickle format) or does not fit
-        this algorithm (other items, parameter counts or shapes); the task is then left unchanged.
-        """
+        """Restore what :meth:`save` wrote; raises ``FileNotFoundError``, or :class:`CheckpointError` when the
+        file is not a task checkpoint or does not fit this algorithm (the task is then left unchanged)."""
         file = os.fspath(path)
         if not os.path.exists(file):
             raise FileNotFoundError(f"task {self.name!r}: no checkpoint at {file!r}")
@@ -353,8 +306,7 @@ class ComputationTask:
         state, saved_names = _task_state(file, tree)
         algo = self.algorithm
         items = algo.checkpoint_items()
-        # Optimizer accumulators are keyed by global parameter names, which differ
-        # between processes and instances; map them through the structure.
+        # Optimizer accumulators are keyed by global parameter names: map them through the structure.
         rename: dict[str, str] = {}
         for key, old_names in saved_names.items():
             obj = items.get(key)
@@ -384,8 +336,7 @@ class ComputationTask:
 def write_task_file(
     path: str | os.PathLike[str], task: str, state: Mapping[str, Any], param_names: Mapping[str, list[str]]
 ) -> None:
-    """Write a task checkpoint: an algorithm's ``state_dict()`` and its layers' parameter names by item
-    (what :meth:`ComputationTask.save` writes and :meth:`ComputationTask.load` reads)."""
+    """Write a task checkpoint: an algorithm's ``state_dict()`` and its layers' parameter names by item."""
     save_tree(path, {"task": task, "state": state, "param_names": param_names}, kind=_CHECKPOINT_KIND)
 
 

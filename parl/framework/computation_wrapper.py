@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import operator
@@ -19,14 +20,7 @@ from annotated_types import Ge, Gt
 
 from parl.data.packing import pack_fields, stack_rows, unpack_fields
 from parl.data.specs import FieldSpec, SpecError, all_finite, check_fields
-from parl.framework.communicator import (
-    Communicator,
-    Failure,
-    Request,
-    RequestSink,
-    ReturnQueue,
-    ThreadReturnQueue,
-)
+from parl.framework.communicator import Communicator, Failure, Request, RequestSink, ReturnQueue, ThreadReturnQueue
 from parl.framework.computation_task import ComputationTask
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
@@ -112,11 +106,8 @@ class BatchStats:
 def pack_training_batches(batches: Sequence[TrainingBatch]) -> tuple[TrainingBatch, list[int]]:
     """Concatenate transition batches along the sample axis; returns the batch and row offsets.
 
-    Optional per-row fields are filled in for the batches that lack them when
-    another batch has them: ``segment_end`` with True (every row its own
-    segment), ``weights`` with 1.0 and ``bootstrap_steps`` with 1 (one-step
-    transitions). A field that no batch has stays None. A single batch is
-    returned as it is, with ``segment_end`` filled in.
+    Missing optional rows are filled (``segment_end`` True, ``weights`` 1.0, ``bootstrap_steps`` 1) when
+    another batch has the field; a field no batch has stays None.
     """
     if len(batches) == 1:
         (only,) = batches
@@ -127,52 +118,33 @@ def pack_training_batches(batches: Sequence[TrainingBatch]) -> tuple[TrainingBat
         return only, [0, only.size]
     inputs, offsets = pack_fields([b.inputs for b in batches])
     n = [b.size for b in batches]
-    seg = [np.ones(k, bool) if b.segment_end is None else np.asarray(b.segment_end, bool) for b, k in zip(batches, n)]
-    any_weights = any(b.weights is not None for b in batches)
-    any_steps = any(b.bootstrap_steps is not None for b in batches)
+
+    def filled(name: str, dtype: type, always: bool = False) -> np.ndarray | None:
+        given = [getattr(b, name) for b in batches]
+        if not always and all(g is None for g in given):
+            return None
+        return np.concatenate([np.ones(k, dtype) if g is None else np.asarray(g, dtype) for g, k in zip(given, n)])
+
     packed = TrainingBatch(
         inputs=inputs,
         actions=pack_fields([b.actions for b in batches])[0],
         rewards=pack_fields([b.rewards for b in batches])[0],
         next_inputs=pack_fields([b.next_inputs for b in batches])[0],
         terminal=np.concatenate([np.asarray(b.terminal, bool) for b in batches]),
-        segment_end=np.concatenate(seg),
+        segment_end=filled("segment_end", bool, always=True),
         states=pack_fields([b.states for b in batches])[0],
         next_states=pack_fields([b.next_states for b in batches])[0],
         extras=pack_fields([b.extras for b in batches])[0],
-        weights=np.concatenate(
-            [
-                np.ones(k, np.float32) if b.weights is None else np.asarray(b.weights, np.float32)
-                for b, k in zip(batches, n)
-            ]
-        )
-        if any_weights
-        else None,
-        bootstrap_steps=np.concatenate(
-            [
-                np.ones(k, np.int64) if b.bootstrap_steps is None else np.asarray(b.bootstrap_steps, np.int64)
-                for b, k in zip(batches, n)
-            ]
-        )
-        if any_steps
-        else None,
+        weights=filled("weights", np.float32),
+        bootstrap_steps=filled("bootstrap_steps", np.int64),
     )
     return packed, offsets
 
 
 class ComputationWrapper:
-    """Two loops over one ComputationTask: one batches predictions, one batches learning.
-
-    Agents reach the wrapper through :class:`Communicator` objects. The
-    prediction loop takes every request waiting (up to ``max_batch_size``,
-    waiting at most ``max_wait_s`` for more), packs them by the model's specs
-    into one batch (:meth:`predict_batch`), calls ``task.predict`` once and
-    answers each agent with its row. A scheduler that serves predictions in
-    its own thread (a coroutine hub) calls :meth:`predict_batch` itself. The training loop does the same with
-    ``task.learn``, gathering at least ``min_train_batch_size`` samples unless
-    ``train_max_wait_s`` passes. The two loops run in their own threads, so
-    prediction and training overlap; the task guarantees that a prediction
-    never sees half-applied parameters.
+    """Two loops over one ComputationTask, in threads of their own: one batches predictions (up to
+    ``max_batch_size``, waiting ``max_wait_s`` for more; a coroutine hub calls :meth:`predict_batch` itself),
+    one batches learning (at least ``min_train_batch_size`` samples unless ``train_max_wait_s`` passes).
 
     Example::
 
@@ -183,9 +155,8 @@ class ComputationWrapper:
         prediction, row = comm.receive()
         wrapper.stop()
 
-    Failures never hang an agent: an exception in the task is delivered to
-    every agent of that batch; an exception in a loop marks the wrapper dead
-    and every waiting or later request raises :class:`WrapperError`.
+    A task's exception goes to every agent of its batch; a loop's marks the wrapper dead, and every
+    waiting or later request raises :class:`WrapperError`.
     """
 
     def __init__(self, task: ComputationTask, config: WrapperConfig | None = None) -> None:
@@ -200,15 +171,13 @@ class ComputationWrapper:
         self.error: BaseException | None = None
         self._error_tb = ""
         self._stop = threading.Event()
-        self.stopping = False
-        """True once :meth:`stop` was called (a plain flag, read on every agent step)."""
+        self.stopping = False  # True once stop() was called (a plain flag, read on every agent step)
         self._threads: list[threading.Thread] = []
         self._stats_lock = threading.Lock()
         # One learning call at a time, whether the training loop or a caller (learn_on_caller) serves it.
         self._learn_lock = threading.Lock()
+        # The agents of the running learning call: a scheduler may wait for their answers before a round.
         self.learning_agents: frozenset[int] = frozenset()
-        """The agents whose data the running learning call learns from (empty between calls): their answers
-        come without any further request, so a scheduler may wait for them before serving a round."""
 
     # --------------------------------------------------------------- wiring
     def create_communicator(
@@ -218,13 +187,8 @@ class ComputationWrapper:
         prediction_sink: RequestSink | None = None,
         register: bool = True,
     ) -> Communicator:
-        """A communicator for ``agent_id``; its return queues come from ``return_queue_factory``.
-
-        ``prediction_sink`` replaces the wrapper's prediction queue, for a
-        scheduler that serves predictions itself through :meth:`predict_batch`.
-        ``register=False`` makes an extra channel of an agent (e.g. a learner
-        thread) that :attr:`comms` does not list as an agent.
-        """
+        """A communicator for ``agent_id``; ``prediction_sink`` replaces the prediction queue (for a scheduler
+        serving :meth:`predict_batch` itself); ``register=False`` keeps it out of :attr:`comms`."""
         comm = Communicator(
             agent_id, self, prediction_sink if prediction_sink is not None else self.prediction_q, return_queue_factory
         )
@@ -250,11 +214,8 @@ class ComputationWrapper:
         )
 
     def fail(self, exc: BaseException, tb: str, comms: Sequence[Communicator] = (), kind: str = "predict") -> None:
-        """Mark the wrapper dead because a loop (or the scheduler serving it) raised ``exc``.
-
-        The agents of ``comms`` (whose requests were taken but not answered) and every request still
-        queued are answered with a :class:`WrapperError`; later requests raise it too.
-        """
+        """Mark the wrapper dead because a loop (or its scheduler) raised ``exc``; answer ``comms`` and every
+        queued request with a :class:`WrapperError`."""
         if self.error is None:
             self._error_tb = tb
             self.error = exc
@@ -269,8 +230,8 @@ class ComputationWrapper:
         return any(t.is_alive() for t in self._threads)
 
     def start(self, serve_predictions: bool = True) -> None:
-        """Start the training loop and, unless a scheduler serves them in its own thread
-        (``serve_predictions=False``: the coroutine hubs, the process runtime's links), the prediction loop."""
+        """Start the training loop and, unless ``serve_predictions=False`` (a scheduler serves them), the
+        prediction loop."""
         if self._threads:
             raise RuntimeError(f"wrapper of task {self.task.name!r} already started")
         targets: list[tuple[str, Callable[[], None]]] = [("train", self._training_loop)]
@@ -282,16 +243,8 @@ class ComputationWrapper:
             t.start()
 
     def stop(self, timeout: float = 1.0) -> list[str]:
-        """Stop both loops and answer every request still queued with ``RunStopped``.
-
-        Returns the names of the loop threads still alive after ``timeout`` seconds (an empty
-        list when both have ended). The loops notice the stop at once (a wake-up item in each
-        queue) unless they are inside a task call (``predict`` or ``learn``); the threads are joined
-        for at most ``timeout`` seconds in all, then ``stop`` returns. Python cannot interrupt
-        a call, so a loop still inside one outlives ``stop``; it starts no new call: when its
-        call returns it answers that call's agents, answers anything queued since with
-        ``RunStopped``, and its thread ends.
-        """
+        """Stop both loops and answer every request still queued with ``RunStopped``; returns the names of the
+        loop threads still inside a task call after ``timeout`` (each ends when its call returns)."""
         self.stopping = True
         self._stop.set()
         self.prediction_q.put(_WAKE)  # a loop blocked on an empty queue sees the stop now
@@ -336,30 +289,14 @@ class ComputationWrapper:
                 if item is _WAKE:
                     woke = True
                     continue
-                comm = _comm_of(item)
-                if exc is None:
-                    self._answer(comm, kind, Failure(self.failure_error(), self._error_tb, kind))
-                else:
-                    self._answer(comm, kind, Failure(exc, tb, kind))
+                failure = Failure(self.failure_error(), self._error_tb, kind) if exc is None else Failure(exc, tb, kind)
+                self._answer(_comm_of(item), kind, failure)
 
     def _collect(
-        self,
-        q: queue.SimpleQueue[Any],
-        carry: list[Any],
-        limit: int,
-        minimum: int,
-        wait_s: float,
-        linger: bool,
+        self, q: queue.SimpleQueue[Any], carry: list[Any], limit: int, minimum: int, wait_s: float, linger: bool
     ) -> list[Any]:
-        """Take requests for one call; sizes count samples.
-
-        Takes the carried-over request or waits for one, then everything waiting, up to ``limit``
-        samples (a request that would pass the limit is carried over to the next call). When the
-        queue is empty it waits for more until ``wait_s`` after the first request, but stops
-        waiting as soon as ``minimum`` samples are there unless ``linger`` is set. Waits are cut
-        into ``poll_s`` slices as a safety net; ``stop`` wakes them with a :data:`_WAKE` item, which is
-        never served. On a stop the items taken are returned.
-        """
+        """Take requests for one call, up to ``limit`` samples (one that would pass it is carried over); wait
+        for more until ``wait_s`` after the first, or until ``minimum`` unless ``linger``."""
         items: list[Any] = []
         if carry:
             items.append(carry.pop())
@@ -406,40 +343,31 @@ class ComputationWrapper:
         carry.clear()
 
     def _prediction_loop(self) -> None:
-        carry: list[Request] = []
         c = self.config
-        while not self._stop.is_set():
-            items = self._collect(self.prediction_q, carry, c.max_batch_size, 1, c.max_wait_s, linger=True)
-            if self._stop.is_set():
-                # Stopping: no new task call; what was taken is answered with RunStopped.
-                self._requeue(self.prediction_q, items, carry)
-                break
-            if items:
-                self._serve_guarded(items, "predict")
-        self._end_loop(self.prediction_q, carry)
+        self._serve_loop(self.prediction_q, "predict", c.max_batch_size, 1, c.max_wait_s, True)
 
     def _training_loop(self) -> None:
-        carry: list[TrainItem] = []
         c = self.config
+        self._serve_loop(self.training_q, "learn", c.max_train_batch_size, c.min_train_batch_size, c.train_max_wait_s)
+
+    def _serve_loop(
+        self, q: queue.SimpleQueue[Any], kind: str, limit: int, minimum: int, wait_s: float, linger: bool = False
+    ) -> None:
+        carry: list[Any] = []
+        lock: contextlib.AbstractContextManager[Any] = self._learn_lock if kind == "learn" else contextlib.nullcontext()
         while not self._stop.is_set():
-            items = self._collect(
-                self.training_q, carry, c.max_train_batch_size, c.min_train_batch_size, c.train_max_wait_s, False
-            )
-            if self._stop.is_set():
-                # Stopping: no new learning call, not even on a full batch; what was taken gets RunStopped.
-                self._requeue(self.training_q, items, carry)
+            items = self._collect(q, carry, limit, minimum, wait_s, linger)
+            if self._stop.is_set():  # no new task call; what was taken gets RunStopped
+                self._requeue(q, items, carry)
                 break
             if items:
-                with self._learn_lock:
-                    self._serve_guarded(items, "learn")
-        self._end_loop(self.training_q, carry)
+                with lock:
+                    self._serve_guarded(items, kind)
+        self._end_loop(q, carry)
 
     def submit_learning(self, comm: Communicator, batch: TrainingBatch) -> None:
-        """Queue ``comm``'s checked ``batch`` for the training loop, or, with ``learn_on_caller``, learn
-        from it on the calling thread when it alone is a whole learning call (``min_train_batch_size``
-        to ``max_train_batch_size`` samples), no other request is queued and no learning call runs.
-        Either way the answer goes to ``comm``; a failure of serving itself kills the wrapper as a loop
-        failure would."""
+        """Queue ``comm``'s checked ``batch`` for the training loop, or learn from it here (``learn_on_caller``,
+        when it alone is a whole learning call and nothing else waits or learns)."""
         c = self.config
         if (
             c.learn_on_caller
@@ -458,12 +386,8 @@ class ComputationWrapper:
         self.training_q.put((comm, batch))
 
     def _end_loop(self, q: queue.SimpleQueue[Any], carry: list[Any]) -> None:
-        """Put back what a stopping loop took but did not serve, and answer every queued request.
-
-        ``stop`` answers the queues once it has joined the loops; a loop that was still inside a
-        task call then gets here only when the call returns, so it answers (with ``RunStopped``)
-        whatever was queued or carried since, leaving no request unanswered.
-        """
+        """Put back what a stopping loop took but did not serve, and answer every queued request (also what
+        came while a loop outlived ``stop`` inside a task call)."""
         self._requeue(q, [], carry)
         if self._stop.is_set():
             self._fail_pending(self._stopped(), "")
@@ -481,10 +405,7 @@ class ComputationWrapper:
 
     # -------------------------------------------------------------- serving
     def serve_predictions(self, requests: Sequence[Request]) -> None:
-        """Serve ``requests`` (taken by the prediction loop) and answer each agent with its row.
-
-        Requests asking for exploration and for greedy actions are served in two calls.
-        """
+        """Serve ``requests`` (one call per explore flag) and answer each agent with its row."""
         for explore, group in explore_groups(requests):
             served, result = self.predict_batch(group, explore)
             if isinstance(result, Failure):
@@ -497,11 +418,8 @@ class ComputationWrapper:
     def predict_batch(
         self, requests: Sequence[Request], explore: bool
     ) -> tuple[Sequence[Request], Prediction | Failure]:
-        """One ``task.predict`` call for ``requests`` (one explore flag): the requests served and their
-        prediction, row ``i`` for the ``i``-th of them, or the task's Failure for all of them.
-
-        A request whose inputs or states hold NaN or inf (where the spec refuses them) is answered here
-        with its SpecError and left out of the call; the caller answers the others::
+        """One ``task.predict`` call for ``requests`` (one explore flag): the requests served (a non-finite one is
+        answered here with its SpecError) and their prediction, or the task's Failure for all of them::
 
             served, result = wrapper.predict_batch(requests, explore=True)
             for row, request in enumerate(served):
@@ -520,22 +438,17 @@ class ComputationWrapper:
         return requests, pred
 
     def record_prediction(self, requests: int, samples: int) -> None:
-        """Count one prediction call of ``requests`` requests and ``samples`` samples in
-        :attr:`prediction_stats` (any thread: the worker links of the process runtime record here too)."""
+        """Count one prediction call in :attr:`prediction_stats` (any thread)."""
         with self._stats_lock:
             self.prediction_stats.record(requests, samples)
 
     def serve_training(self, items: Sequence[TrainItem]) -> None:
-        """Run one learning step on the packed ``items``; each agent gets its rows and the metrics.
-
-        While the call runs, :attr:`learning_agents` holds the ids of the agents it answers.
-        """
+        """Run one learning step on the packed ``items``; each agent gets its rows and the metrics."""
         self.learning_agents = frozenset(comm.agent_id for comm, _ in items)
         try:
             self._learn(items)
         finally:
-            # Cleared once the answers are out: a scheduler that sees an id here will find its answer.
-            self.learning_agents = frozenset()
+            self.learning_agents = frozenset()  # once the answers are out
 
     def _learn(self, items: Sequence[TrainItem]) -> None:
         try:
@@ -555,8 +468,7 @@ class ComputationWrapper:
 
 
 def explore_groups(requests: Sequence[Request]) -> list[tuple[bool, Sequence[Request]]]:
-    """``requests`` grouped by their explore flag, in order of first appearance; one group (the requests
-    themselves, no copy) in the common round where every request asks the same."""
+    """``requests`` grouped by their explore flag, in order of first appearance (no copy when one flag)."""
     if not requests:
         return []
     flags = set(map(_explore_of, requests))
@@ -571,8 +483,7 @@ def explore_groups(requests: Sequence[Request]) -> list[tuple[bool, Sequence[Req
 def pack_requests(
     requests: Sequence[Request], state_specs: Sequence[FieldSpec]
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The checked inputs of one-sample requests stacked into one batch (row ``i`` from request ``i``),
-    and their states (one row each) concatenated."""
+    """The checked inputs of one-sample requests stacked into one batch, and their states concatenated."""
     samples = list(map(_inputs_of, requests))
     inputs = {key: stack_rows(list(map(operator.itemgetter(key), samples))) for key in samples[0]}
     if not state_specs:
@@ -587,9 +498,8 @@ _explore_of = operator.attrgetter("explore")
 def pack_finite(
     requests: Sequence[Request], task: TaskSpecsLike
 ) -> tuple[Sequence[Request], dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """:func:`pack_requests` of the requests whose inputs and states hold no NaN or inf where their spec
-    refuses them; the others are answered here with a SpecError naming their agent. Returns the requests
-    packed (none when every one was refused) with their inputs and states."""
+    """:func:`pack_requests` of the requests whose data are finite where their specs say so; the others are
+    answered here with a SpecError. Returns the requests packed, their inputs and states."""
     inputs, states = pack_requests(requests, task.state_specs)
     if all_finite(inputs, task.input_specs) and all_finite(states, task.state_specs):
         return requests, inputs, states
@@ -630,12 +540,10 @@ def check_prediction_rows(pred: Prediction, rows: int, task: str) -> None:
                 )
 
 
-_WAKE: Any = object()
-"""Put in a wrapper's queues by ``stop`` to wake a loop blocked on an empty queue; never a request."""
+_WAKE: Any = object()  # put in a wrapper's queues by stop() to wake a blocked loop; never a request
 
-
+# What predict_batch returns beside an empty list of requests served (no one gets it).
 NONE_SERVED = Failure(RuntimeError("every request was answered with its own error"), "", "predict")
-"""What :meth:`ComputationWrapper.predict_batch` returns beside an empty list of requests served (no one gets it)."""
 
 
 def _samples(item: Any) -> int:

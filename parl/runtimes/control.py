@@ -35,7 +35,12 @@ class AgentFailure:
 
 @dataclass
 class RunControl:
-    """Counters and stop conditions shared by the agents of a run (thread-safe)."""
+    """Counters and stop conditions shared by the agents of a run (thread-safe), as each agent's loop
+    (:func:`run_agent_loop`) uses them::
+
+        while not control.should_stop():                 # each agent (run_agent_loop)
+            control.episode_done(agent_id, agent.run_one_episode(), agent.episode_steps)
+    """
 
     num_agents: int
     max_episodes: int | None = None
@@ -45,21 +50,17 @@ class RunControl:
     max_restarts: int = 10
     episodes: int = 0
     steps: int = 0
-    returns: dict[int, list[float] | deque[float]] = field(default_factory=dict)
-    """Episode returns per agent, in order (the last ``episode_history`` of them when that is set)."""
-    lengths: dict[int, list[int] | deque[int]] = field(default_factory=dict)
-    """Episode lengths per agent, kept like ``returns``."""
+    returns: dict[int, list[float] | deque[float]] = field(default_factory=dict)  # per agent, the last episode_history
+    lengths: dict[int, list[int] | deque[int]] = field(default_factory=dict)  # kept like returns
     failures: list[AgentFailure] = field(default_factory=list)
     restarts: int = 0
     fatal: AgentFailure | None = None
     faults: FaultStats = field(default_factory=FaultStats)
     started_at: float = field(default_factory=time.monotonic)
-    episode_history: int | None = None
-    """Most episodes per agent kept in ``returns`` and ``lengths`` (None: all of them)."""
+    episode_history: int | None = None  # most episodes per agent kept in returns and lengths (None: all)
 
     def __post_init__(self) -> None:
-        self.closing = False
-        """Set once the run closes its agents (after the runtime stopped): a failure then is recorded only."""
+        self.closing = False  # set once the run closes its agents: a failure then is recorded only
         self._live: dict[int, Agent] = {}
         self._retired_steps = 0
         self._reserved_steps = 0
@@ -70,13 +71,10 @@ class RunControl:
         keep = self.episode_history
         self.returns = {i: [] if keep is None else deque(maxlen=keep) for i in range(self.num_agents)}
         self.lengths = {i: [] if keep is None else deque(maxlen=keep) for i in range(self.num_agents)}
-        self.episodes_by_agent: dict[int, int] = dict.fromkeys(range(self.num_agents), 0)
-        """Episodes each agent finished (all of them, however many ``returns`` keeps)."""
+        self.episodes_by_agent: dict[int, int] = dict.fromkeys(range(self.num_agents), 0)  # all, however many kept
         self._warned: set[tuple[int, str, str]] = set()
+        # A run on a step budget only fails an agent whose episodes take no env step (EMPTY_EPISODE_LIMIT).
         self.counts_steps = self.max_steps is not None and self.max_episodes is None and self.max_seconds is None
-        """Whether the run ends on a step budget only: then an agent whose episodes take no env step would spin
-        forever, and ``run_agent_loop`` fails it after ``EMPTY_EPISODE_LIMIT`` of them in a row (a worker
-        process's control is told by its learner's)."""
 
     def warn_once(self, key: tuple[int, str, str], message: str) -> None:
         """Log ``message`` as a warning the first time ``key`` (agent id, task, kind) comes, never again."""
@@ -120,11 +118,8 @@ class RunControl:
         return self._stop.is_set() or self.budget_reached()
 
     def track(self, agent_id: int, agent: Agent) -> None:
-        """Count ``agent``'s env steps live (replacing a previous agent with this id).
-
-        With a step budget the agent also gets a step guard, so the agents of
-        this process together take exactly ``max_steps`` env steps.
-        """
+        """Count ``agent``'s env steps live (replacing a previous agent with this id); with a step budget
+        the agent also gets a step guard, so that this process's agents take exactly ``max_steps``."""
         with self._lock:
             old = self._live.get(agent_id)
             if old is not None and old is not agent:
@@ -134,11 +129,7 @@ class RunControl:
             agent.step_budget = self
 
     def reserve_step(self) -> bool:
-        """Reserve one env step of the budget; False once it is spent.
-
-        The run itself stops when the steps actually taken reach the budget
-        (a reserved step whose env fails is given back by :meth:`release_step`).
-        """
+        """Reserve one env step of the budget; False once it is spent (:meth:`release_step` gives it back)."""
         with self._lock:
             if self.max_steps is None or self._reserved_steps < self.max_steps:
                 self._reserved_steps += 1
@@ -152,12 +143,8 @@ class RunControl:
 
     @property
     def env_steps(self) -> int:
-        """Env steps taken so far, including episodes still running.
-
-        Agents in this process are counted live; runtimes that host agents elsewhere report steps
-        when episodes end, and then this equals ``steps``.
-        """
-        with self._lock:  # track() retires a replaced agent's steps and replaces it in two statements
+        """Env steps taken so far: live for agents in this process, else ``steps`` (reported at episode ends)."""
+        with self._lock:
             if not self._live:
                 return self.steps
             retired, live = self._retired_steps, list(self._live.values())
@@ -187,12 +174,8 @@ class RunControl:
         self.faults.add(kind, n)
 
     def grant_restart(self, stop_requested: bool | None = None) -> bool:
-        """Count one restart if the run allows another (restarts on, ``max_restarts`` not reached, no stop
-        requested); False otherwise. The one place the run's restart budget is checked and spent: agents
-        here, and a process runtime's workers, whose failures and deaths its link threads report.
-
-        ``stop_requested``: whether the stop was requested as of the event judged (a worker's death,
-        noticed before the learner could judge it); None: as of now."""
+        """Count one restart if the run allows another (restarts on, budget left, no stop requested as of the
+        event judged: ``stop_requested``, None: now); False otherwise."""
         with self._lock:
             return self._grant_restart_locked(stop_requested)
 
@@ -204,14 +187,9 @@ class RunControl:
         return False
 
     def agent_failed(self, agent_id: int, error: BaseException, tb: str, restartable: bool = True) -> bool:
-        """Record a failure; return True if the agent should be restarted.
-
-        ``restartable=False`` (a dead wrapper, a failed rebuild, a runtime fault) never restarts.
-        """
+        """Record a failure; return True if the agent should be restarted (never when not ``restartable``)."""
         with self._lock:
-            # No restart once the run is stopping; but a failure then is still the run's failure: an
-            # agent fails in its own code between the stop's request and its next wait, where the stop
-            # reaches it (RunStopped, and a WrapperError while stopping, never come here).
+            # No restart once stopping, but a failure then is still the run's.
             restart = restartable and self._grant_restart_locked()
             failure = AgentFailure(agent_id, error, tb, restart)
             self.failures.append(failure)
@@ -227,7 +205,12 @@ class RunControl:
 
 @dataclass
 class AgentSlot:
-    """One agent of a run and how to rebuild it after a failure."""
+    """One agent of a run and how to rebuild it after a failure, as :func:`run_agent_loop` uses
+    it::
+
+        agent = slot.get()                  # built on first use
+        agent = slot.rebuild()              # after a failure: closed, and built again
+    """
 
     agent_id: int
     build: Callable[[], Agent]
@@ -241,23 +224,21 @@ class AgentSlot:
 
     def rebuild(self) -> Agent:
         """Close the current agent and build a new one (new env and helpers)."""
-        if self.agent is not None:
-            try:
-                self.agent.close()
-            except Exception:  # noqa: BLE001 - the old env may be broken; that is why we rebuild
-                logger.debug("closing agent %d failed", self.agent_id, exc_info=True)
+        self.close()
         self.agent = self.build()
         return self.agent
 
+    def close(self) -> None:
+        """Close the current agent, if built (its env may be broken: a failure is only logged)."""
+        if self.agent is not None:
+            try:
+                self.agent.close()
+            except Exception:  # noqa: BLE001 - the env may be broken
+                logger.debug("closing agent %d failed", self.agent_id, exc_info=True)
+
 
 def _name_the_task(exc: BaseException) -> None:
-    """Give ``exc`` a ``task`` attribute when it was raised inside an AgentHelper's code.
-
-    Errors from the task and the wrapper name their task already; an error
-    raised in a helper (a custom ``learn``, ``on_transition``...) is found by
-    the innermost helper method in its traceback, so that the AgentError the
-    caller gets names the task too. Costs nothing until an agent fails.
-    """
+    """Give ``exc`` a ``task`` attribute (the innermost helper in its traceback) when it came from a helper."""
     if getattr(exc, "task", None) is not None:
         return
     name = None
@@ -268,28 +249,21 @@ def _name_the_task(exc: BaseException) -> None:
             name = owner.name
         elif isinstance(owner, Communicator):
             name = owner.task_name
-        elif getattr(type(owner), "acts_for_helper", False):
-            # A runtime's own act for a helper (the coroutine hub's row route); only such a class says so,
-            # not any object that keeps a helper (an agent with ``self.helper``).
+        elif getattr(type(owner), "acts_for_helper", False):  # a runtime's own act for a helper
             helper = getattr(owner, "helper", None)
             if isinstance(helper, AgentHelper):
                 name = helper.name
         tb = tb.tb_next
     if name is not None:
-        # An exception type with __slots__ takes no attribute: its AgentError goes without the name.
         with contextlib.suppress(AttributeError):
             exc.task = name  # type: ignore[attr-defined]
 
 
-EMPTY_EPISODE_LIMIT = 1_000
-"""Episodes in a row without an env step after which an agent of a run with a step budget fails: it would
-spin forever (``run_agent_loop``)."""
+EMPTY_EPISODE_LIMIT = 1_000  # episodes in a row without an env step that fail an agent under a step budget
 
 
 def _episode_return(agent: Agent, returned: object) -> float:
-    """The return of the episode ``agent`` just played: what ``run_one_episode`` returned, or its
-    ``episode_return`` when that was None; a ``TypeError`` or ``ValueError`` naming the agent unless it is a
-    finite number (a NaN would reach every mean of the run's returns)."""
+    """What ``run_one_episode`` returned, or ``episode_return`` when None; raises unless a finite number."""
     value = agent.episode_return if returned is None else returned
     try:
         result = float(value)  # type: ignore[arg-type]
@@ -307,11 +281,8 @@ def _episode_return(agent: Agent, returned: object) -> float:
 
 
 def _after_episode(agent_id: int, agent: Agent, control: RunControl, empty: int) -> int:
-    """The checks after an episode ``agent`` finished: each helper's :meth:`AgentHelper.check_episode`
-    (warned once per agent, task and kind), and, under a step budget, an agent that finished
-    ``EMPTY_EPISODE_LIMIT`` episodes in a row without an env step, which fails. Returns how many episodes in
-    a row, this one included, took no env step (``empty``: that count before it), or -1 when the agent
-    failed."""
+    """Warn of each helper's :meth:`AgentHelper.check_episode` once; fail an agent that spins under a step
+    budget. Returns the episodes in a row without an env step (``empty`` before this one), -1 when failed."""
     for helper in agent.helpers.values():
         for kind, message in helper.check_episode():
             control.warn_once((agent_id, helper.name, kind), message)
@@ -333,11 +304,7 @@ def _after_episode(agent_id: int, agent: Agent, control: RunControl, empty: int)
 
 
 def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
-    """Run episodes of one agent until the run stops; report failures to ``control``.
-
-    Every runtime calls this, in a thread or in a coroutine, so an agent
-    behaves the same everywhere.
-    """
+    """Run episodes of one agent until the run stops; report failures to ``control`` (every runtime's loop)."""
     tracked: Agent | None = None
     empty = 0  # episodes in a row that took no env step
     while not control.should_stop():
@@ -356,8 +323,7 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
                 return  # the agent spins: failed
         except RunStopped:
             last = slot.agent
-            if last is not None and last.episode_ended:
-                # The episode's last env step was taken before the stop: it is a whole episode.
+            if last is not None and last.episode_ended:  # its last env step came before the stop: a whole episode
                 last.episodes += 1
                 control.episode_done(slot.agent_id, last.episode_return, last.episode_steps)
             return
@@ -368,8 +334,7 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
         except EnvFaultLimitError as exc:
             control.agent_failed(slot.agent_id, exc, traceback.format_exc(), restartable=False)
             return
-        except WrapperError as exc:
-            # The wrapper is dead for every agent: rebuilding this one cannot help.
+        except WrapperError as exc:  # dead for every agent: a rebuild cannot help
             if control.stop_requested:
                 return
             control.agent_failed(slot.agent_id, exc, traceback.format_exc(), restartable=False)
@@ -387,14 +352,8 @@ def run_agent_loop(slot: AgentSlot, control: RunControl) -> None:
             if (type(exc).__name__ == "GreenletExit" and control.stop_requested) or (
                 isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread()
             ):
-                # greenlet ending an agent abandoned by a stopping run, or Ctrl-C (a signal reaches only a
-                # main thread: a worker process's hub runs its agents there): not this agent's failure.
-                raise
-            # SystemExit (a library calling sys.exit()), a KeyboardInterrupt that the agent's own code
-            # raised (no signal reaches an agent's thread or a hub's), or a GreenletExit while the run goes
-            # on (the agent's own code, or a library's, raised it): this agent's failure, never restarted,
-            # on every runtime (a thread would otherwise end silently, a greenlet end as if it returned,
-            # and a hub report it as its own fault).
+                raise  # a stopping run's greenlet exit, or Ctrl-C: not this agent's failure
+            # SystemExit, or a KeyboardInterrupt or GreenletExit the agent's code raised: never restarted.
             _name_the_task(exc)
             control.agent_failed(slot.agent_id, exc, traceback.format_exc(), restartable=False)
             return

@@ -1,11 +1,7 @@
-"""Many agents per thread: agents are greenlets that switch at every blocking wait.
+"""Many agents per thread: agents are greenlets that switch to their hub at every blocking wait.
 
-An agent's ``predict`` puts its request in the hub's pending list and
-switches to the hub. When no agent of the hub can run, the hub serves all
-pending requests of a task with **one** batched call, in its own thread, and
-resumes the agents with their rows. Agent code is unchanged: ``predict`` still
-looks blocking. Results from other threads (the training loop) reach a hub
-through a thread-safe inbox.
+When no agent can run, the hub serves each task's pending requests with one batched call and resumes
+the agents with their rows; results from other threads (the training loop) come through an inbox.
 """
 
 from __future__ import annotations
@@ -43,8 +39,7 @@ _ndarray = np.ndarray
 _getcurrent = greenlet.getcurrent
 
 
-FEEDS_RATE = 0.1
-"""Weight of the latest round in :attr:`_PendingSink.feeds`."""
+FEEDS_RATE = 0.1  # weight of the latest round in _PendingSink.feeds
 _feeds = operator.attrgetter("feeds")
 
 
@@ -70,12 +65,10 @@ class _HubReturnQueue:
                 self.hub.wake()
 
     def get(self, check: Callable[[], None]) -> Any:
-        """The next answer, waiting for it: taken from the queue, or handed over in the switch that
-        wakes this agent (the hub's round does that for predictions, :meth:`Hub._serve_lane`)."""
+        """The next answer: from the queue, or handed over in the switch that wakes this agent (a round's)."""
         hub = self.hub
         items = self.items
-        # ``check`` runs only after a wake-up without an answer: a request is always answered (served,
-        # or failed when its wrapper dies), so a live wait needs no check before it.
+        # ``check`` runs only after a wake-up without an answer: every request is answered.
         while not items:
             if hub.stopping:
                 raise RunStopped("the hub is stopping")
@@ -103,9 +96,7 @@ class _PendingSink:
     def __init__(self, wrapper: ComputationWrapper) -> None:
         self.wrapper = wrapper
         self.requests = _Lane()
-        self.feeds = 0.0
-        """Of the agents this sink answers, the share that goes on to another task of the hub before its next
-        wait (a running mean): the hub serves the sinks that feed others first."""
+        self.feeds = 0.0  # running share of its answered agents that go on to another task: served first
 
 
 class Hub:
@@ -133,14 +124,12 @@ class Hub:
         self.stopping = False
         self.main: greenlet.greenlet = greenlet.getcurrent()
         self.thread: threading.Thread | None = None
-        self.rounds = 0
         # Agents waiting for a connection (an env in its own process), by file descriptor; see wait_readable.
         self._io: dict[int, _IoWait] = {}
         self._poller = select.poll()
         self._wake_fds: tuple[int, int] | None = None  # a pipe that wakes the hub from its wait on them
         self._wake_lock = threading.Lock()
-        self.io_sleeping = False
-        """Whether the hub waits on its agents' connections (a put from another thread must then wake it)."""
+        self.io_sleeping = False  # waiting on its agents' connections: a put from another thread must wake it
 
     def return_queue(self) -> _HubReturnQueue:
         return _HubReturnQueue(self)
@@ -162,13 +151,11 @@ class Hub:
         agents = [greenlet.greenlet(lambda s=slot: run_agent_loop(s, control)) for slot in self.slots]
         self.runnable.extend(agents)
         try:
-            # Every agent runs to its first wait from one C call deeper (functools.partial) than the rounds
-            # that resume it later, so the hub's own frames never lie in an agent's part of the stack and a
-            # switch to an agent copies one stack, not two.
+            # First run one C call deeper (functools.partial) than later rounds, so that a switch to an
+            # agent copies one stack, not two.
             functools.partial(self._run_runnable)()
             self._schedule(agents, control)
-        except BaseException as exc:  # noqa: BLE001 - a scheduler fault must end the run, not vanish
-            # Reported as a failure of "agent -1": no single agent is at fault.
+        except BaseException as exc:  # noqa: BLE001 - a scheduler fault ends the run as "agent -1"
             logger.error("hub %d of the coroutine runtime failed", self.index)
             control.agent_failed(-1, exc, traceback.format_exc(), restartable=False)
         finally:
@@ -183,8 +170,7 @@ class Hub:
                 g.switch()
 
     def _schedule(self, agents: list[greenlet.greenlet], control: RunControl) -> None:
-        # A stopping hub still waits for its agents' calls to other processes, each until its own deadline:
-        # a hung env is counted as a hang, as on a thread, rather than cut off uncounted.
+        # A stopping hub still waits for its agents' calls to other processes (a hung env is counted).
         while (not self.stopping or self._io) and any(not g.dead for g in agents):
             self._run_runnable()
             self._drain_inbox(block=False)
@@ -192,25 +178,19 @@ class Hub:
                 self._wake_io(0.0)
             if self.runnable:
                 continue
-            if self._has_requests() and not self._learners_returning():
+            if any(sink.requests for sink in self._sinks.values()) and not self._learners_returning():
                 self._serve_pending()
                 continue
             self._idle()
             woke = self._wake_io(self.poll_s) if self._io else self._drain_inbox(block=True)
-            if not woke and control.stop_requested:
-                # Nothing came back within a poll; waiting agents notice the stop themselves (those waiting
-                # for another process go on waiting, until an answer or their deadline).
+            if not woke and control.stop_requested:  # waiting agents notice the stop themselves
                 waiting = {w.agent for w in self._io.values()}
                 for g in agents:
                     if not g.dead and g not in waiting:
                         self.runnable.append(g)
 
-    def _has_requests(self) -> bool:
-        return any(sink.requests for sink in self._sinks.values())
-
     def _learners_returning(self) -> bool:
-        """Whether an agent of this hub is inside a running learning call: it is answered without any
-        further request and may go on to join this round's predictions, so the round waits for it."""
+        """Whether an agent of this hub is inside a running learning call (the round waits to include it)."""
         for wrapper in self._sinks:
             learning = wrapper.learning_agents
             if learning and not learning.isdisjoint(self.agent_ids):
@@ -222,17 +202,15 @@ class Hub:
 
     # ------------------------------------------------------------- waits for other processes
     def wait_readable(self, conn: Readable, timeout: float | None) -> bool:
-        """:func:`parl.runtimes.waits.wait_readable` for this hub's agents: the agent switches to the hub,
-        which runs the others meanwhile and switches back with True once ``conn`` is readable, or False
-        at the deadline (``timeout`` seconds; None: none). From the hub itself, or another thread, a
-        plain ``conn.poll``."""
+        """:func:`parl.runtimes.waits.wait_readable` for this hub's agents: the others run meanwhile; True once
+        ``conn`` is readable, False at the deadline. Elsewhere, a plain ``conn.poll``."""
         me = _getcurrent()
         if me is self.main or threading.get_ident() != self.thread_id:
             return conn.poll(timeout)
         if self._wake_fds is None:
             try:
                 self._open_wake_pipe()
-            except OSError as exc:  # the hub's own failure (no file descriptors left), not the connection's
+            except OSError as exc:  # the hub's own failure, not the connection's
                 raise RuntimeError(f"hub {self.index} could not open its wake-up pipe: {exc}") from exc
         fd = conn.fileno()
         if fd in self._io:
@@ -246,14 +224,13 @@ class Hub:
                 if woke is True or woke is False:  # from _wake_io; anything else: woken for another reason
                     return woke
         finally:
-            if self._io.get(fd) is wait:  # left without an answer (an exception thrown in: the run's stop)
+            if self._io.get(fd) is wait:  # left without an answer (the run's stop)
                 del self._io[fd]
                 self._poller.unregister(fd)
 
     def _wake_io(self, timeout: float) -> bool:
-        """Resume the agents whose connection is readable (True) or whose deadline passed (False), waiting
-        up to ``timeout`` seconds (capped at the nearest deadline) for one, for a put from another thread
-        or for a stop. Returns whether anything came (an agent resumed, or an item in the inbox)."""
+        """Resume the agents whose connection is readable (True) or deadline passed (False), waiting up to
+        ``timeout`` seconds for one or for the inbox. Returns whether anything came."""
         assert self._wake_fds is not None  # opened by the first wait
         wake_r = self._wake_fds[0]
         if timeout > 0.0:
@@ -261,15 +238,13 @@ class Hub:
             if deadlines:
                 timeout = max(0.0, min(timeout, min(deadlines) - time.monotonic()))
             self.io_sleeping = True
-            try:
-                # An item put before the flag was set did not write to the pipe: do not sleep on it.
+            try:  # an item put before the flag was set did not write to the pipe: do not sleep on it
                 events = self._poller.poll(0 if not self.inbox.empty() else math.ceil(timeout * 1000))
             finally:
                 self.io_sleeping = False
         else:
             events = self._poller.poll(0)
-        # Every resumed wait is taken out before any agent runs: an agent may close its connection and
-        # open another on the same file descriptor, which an event of this poll must not wake.
+        # Take out every resumed wait before any agent runs (it may reuse its file descriptor).
         ready: list[tuple[_IoWait, bool]] = []
         for fd, _ in events:
             if fd == wake_r:
@@ -292,7 +267,6 @@ class Hub:
 
     def wake(self) -> None:
         """Wake the hub from its wait on its agents' connections (any thread)."""
-        # Under the lock: a descriptor the hub closed meanwhile may have been reused for another file.
         with self._wake_lock:
             if self._wake_fds is not None:
                 with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending already
@@ -332,13 +306,8 @@ class Hub:
             rq.put(item)
 
     def _serve_pending(self) -> None:
-        """Serve each task with requests once, first the one whose answered agents go on to other tasks.
-
-        Agents answered by one task run to their next wait before the next task is served, so an agent that
-        goes on to another task of this round (a goal, then the move it conditions) joins that task's batch.
-        Which task feeds the others is learnt from the rounds served so far (:attr:`_PendingSink.feeds`).
-        """
-        self.rounds += 1
+        """Serve each task with requests once, first those whose answered agents go on to other tasks (so
+        they join that task's batch in this round)."""
         sinks = list(self._sinks.values())
         if len(sinks) == 1:
             self._serve_sink(sinks[0])
@@ -356,46 +325,35 @@ class Hub:
             sink.feeds += FEEDS_RATE * (went_on - sink.feeds)
 
     def _serve_sink(self, sink: _PendingSink) -> None:
-        # Every request waiting is taken before any is served: agents resumed meanwhile may queue new
-        # ones, which wait for the next round, whatever their explore flag.
+        # Take every request before serving: agents resumed meanwhile queue for the next round.
         requests = sink.requests[:]
         sink.requests.clear()
         for explore, group in explore_groups(requests):
             self._serve_lane(sink.wrapper, group, explore)
 
     def _serve_lane(self, wrapper: ComputationWrapper, requests: Sequence[Request], explore: bool) -> None:
-        """Serve requests of one explore flag in calls of at most ``max_batch_size``; hand each agent its row.
-
-        A waiting agent is switched to with its answer and runs to its next wait before the next agent
-        gets its own: no queue or scheduler pass per agent step. The lane's agents are resumed last
-        request first (over all its calls), so rounds alternate order.
-        """
+        """Serve requests of one explore flag in calls of at most ``max_batch_size``; switch to each waiting
+        agent with its row, last request first (the agents that ran last have their memory in the caches)."""
         limit = wrapper.config.max_batch_size
-        for lo in reversed(range(0, len(requests), limit)):  # the last rows' call first (see the order below)
+        for lo in reversed(range(0, len(requests), limit)):  # the last rows' call first
             chunk = requests if len(requests) <= limit else requests[lo : lo + limit]
-            if wrapper.error is not None:
-                # The wrapper died (here or in its training loop): answer, do not serve.
+            if wrapper.error is not None:  # the wrapper died: answer, do not serve
                 wrapper.fail(wrapper.error, "", [r.comm for r in chunk], "predict")
                 continue
-            if wrapper.stopping:
-                # As a wrapper's own loop: no new task call after a stop.
+            if wrapper.stopping:  # no new task call after a stop
                 stopped = Failure(RunStopped(f"task {wrapper.task.name!r} is stopping"), "", "predict")
                 for r in chunk:
                     r.comm.answer(stopped)
                 continue
             try:
                 served, result = wrapper.predict_batch(chunk, explore)
-            except Exception as exc:  # noqa: BLE001 - serving itself failed (task errors come back as a Failure)
-                # This call's requests and those of the calls not served yet (the earlier ones).
+            except Exception as exc:  # noqa: BLE001 - serving itself failed: this call's and the earlier calls'
                 wrapper.fail(exc, traceback.format_exc(), [r.comm for r in requests[: lo + len(chunk)]], "predict")
                 break
             if isinstance(result, Failure):
                 for r in served:
                     r.comm.answer(result)
                 continue
-            # Agents are resumed in the reverse of the order their requests came in. Each queues its next
-            # request when it has run, so every round's order is the reverse of the one before: the agents
-            # that ran last, whose memory is still in the caches, run first.
             for row in range(len(served) - 1, -1, -1):
                 q = served[row].comm.predictions
                 waiter = q.waiter  # type: ignore[attr-defined]
@@ -428,11 +386,8 @@ class _IoWait:
 
 
 class CoroutineRuntime(LocalRuntime):
-    """Hosts many agents per OS thread as greenlets, with predictions served in place.
-
-    ``num_threads`` hub threads share the agents round-robin. With one hub,
-    a round of predictions for N agents costs one batched network call and
-    N cheap greenlet switches, and no thread hand-off at all::
+    """Hosts many agents per OS thread as greenlets (``num_threads`` hubs, round-robin), serving their
+    predictions in place::
 
         manager = Manager(tasks, MyAgent, make_env, ManagerConfig(runtime="coroutines", num_threads=1))
     """

@@ -43,6 +43,7 @@ __all__ = [
     "TAG_OK",
     "TAG_ERROR",
     "picklable",
+    "unprefixed",
 ]
 
 
@@ -157,6 +158,11 @@ def reply_specs(t: TaskSpecs) -> list[FieldSpec]:
 # (error, traceback).
 SHM_REQUEST = struct.Struct("<cHII?")
 TAG_SHM, TAG_INLINE, TAG_OK, TAG_ERROR = b"s", b"i", b"o", b"e"
+
+
+def unprefixed(data: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays of ``data`` whose key starts with ``prefix``, keyed without it."""
+    return {k[len(prefix) :]: v for k, v in data.items() if k.startswith(prefix)}
 
 
 def picklable(error: BaseException) -> BaseException:

@@ -1,12 +1,8 @@
-"""The body of a worker process of the process runtime: its agents in a hub, talking to the learner.
+"""The body of a worker process (or Ray actor): its agents as greenlets of a :class:`WorkerHub`.
 
-A worker builds its agents from a :class:`~parl.runtimes.process_protocol.RemoteAgentSpec` and runs
-them as greenlets of one :class:`WorkerHub`. Each task is stood in for by a :class:`RemoteWrapper`:
-a round's predictions go to the learner through shared memory and one short message, or, with
-``WrapperConfig(predict_in_workers=True)``, to the worker's own replica of the task; learn requests,
-episode reports, faults and failures travel over the message pipe (:class:`WorkerMessenger`). The
-learner starts it with :func:`worker_main` (:class:`parl.runtimes.processes.WorkerLink`), and a Ray
-actor runs the same :class:`Worker` over sockets::
+Each task is stood in for by a :class:`RemoteWrapper` (a round's predictions go to the learner, or to
+the worker's own replica); learn requests, episode reports and failures travel over the message pipe
+(:class:`WorkerMessenger`)::
 
     Worker(WorkerSetup(index, agent_ids, spec), channels, pred_conn, msg_conn, stop_event).run()  # until stopped
 """
@@ -31,11 +27,7 @@ import numpy as np
 
 from parl.framework.agent import Agent
 from parl.framework.communicator import Communicator, Failure, Request
-from parl.framework.computation_wrapper import (
-    NONE_SERVED,
-    check_prediction_rows,
-    pack_finite,
-)
+from parl.framework.computation_wrapper import NONE_SERVED, check_prediction_rows, pack_finite
 from parl.framework.errors import RunStopped, WrapperError
 from parl.framework.types import Prediction, TrainingBatch
 from parl.runtimes.builder import AgentHelperStates
@@ -56,11 +48,9 @@ from parl.runtimes.process_protocol import (
     picklable,
     reply_specs,
     request_specs,
+    unprefixed,
 )
-from parl.runtimes.replicas import (
-    PredictionReplica,
-    build_replicas,
-)
+from parl.runtimes.replicas import PredictionReplica, build_replicas
 
 __all__ = [
     "EPISODE_REPORT_S",
@@ -76,11 +66,13 @@ logger = logging.getLogger(__name__)
 
 
 class RemoteWrapper:
-    """Stands in for a ComputationWrapper inside a worker process."""
+    """Stands in for a ComputationWrapper inside a worker process; the worker's hub serves a round with
+    it as with a wrapper::
 
-    learning_agents: frozenset[int] = frozenset()
-    """Learning runs in the learner process, which does not tell the worker when a call starts: the worker's
-    hub never waits for a learning call before serving a round."""
+        served, result = wrapper.predict_batch(requests, explore=True)  # through the learner, or a replica
+    """
+
+    learning_agents: frozenset[int] = frozenset()  # the learner learns: the hub never waits for a learning call
 
     def __init__(
         self,
@@ -91,33 +83,24 @@ class RemoteWrapper:
         msg: WorkerMessenger,
         replica: PredictionReplica | None = None,
     ) -> None:
-        self.index = index
-        self.task = specs
-        self.replica = replica
-        """This worker's copy of the task (``predict_in_workers``): rounds are predicted here, not sent."""
-        self.config = specs.config
-        # Without a channel (a worker on another machine) the arrays travel in the messages themselves.
+        self.index, self.task, self.config = index, specs, specs.config
+        self.replica = replica  # this worker's copy of the task (predict_in_workers): rounds predicted here
+        # Without a channel (a Ray actor) the arrays travel in the messages themselves.
         self.request: SharedArrays | None = None
         self.reply: SharedArrays | None = None
         if channel is not None:
             self.request = SharedArrays(request_specs(specs), channel.capacity, channel.request_name)
             self.reply = SharedArrays(reply_specs(specs), channel.capacity, channel.reply_name)
-        self.pred_conn = pred_conn
-        self.msg = msg
+        self.pred_conn, self.msg = pred_conn, msg
         self.error: BaseException | None = None
-        self.stopping = False
-        """The learner's stop event as last read (once per prediction round, not per agent step: a
-        process-shared event is slow to read); ``check_alive`` reads it directly."""
-        # Each learn request carries a token of its own, which its result brings back to the communicator
-        # that sent it. An agent rebuilt after a failure forgets its predecessor's tokens: a result on its
-        # way is not given to the successor (which would take it as the answer to its own next request).
+        self.stopping = False  # the learner's stop event as read once per round (it is slow to read)
+        # Learn requests by token: a rebuilt agent's successor never gets its predecessor's results.
         self.learning: dict[int, Communicator] = {}
         self._tokens = itertools.count(1)
         self._lock = threading.Lock()  # (results are read by the worker's reader thread)
 
     def submit_learning(self, comm: Communicator, batch: TrainingBatch) -> None:
-        """Send ``comm``'s batch to the learner, which learns in its process (``learn_on_caller`` has no effect
-        here); the result comes back by message (:meth:`learn_result`)."""
+        """Send ``comm``'s batch to the learner; the result comes back by message (:meth:`learn_result`)."""
         token = next(self._tokens)
         with self._lock:
             self.learning[token] = comm
@@ -139,10 +122,7 @@ class RemoteWrapper:
             raise RunStopped("the run is stopping")
 
     def fail(self, exc: BaseException, tb: str, comms: Sequence[Communicator] = (), kind: str = "predict") -> None:
-        """Serving failed in this worker (not in the task): the wrapper is dead here; answer ``comms``.
-
-        What the hub calls when serving a round raised, as for a :class:`ComputationWrapper`.
-        """
+        """Serving failed in this worker (not in the task): the wrapper is dead here; answer ``comms``."""
         if self.error is None:
             self.error = exc
             logger.error("worker-side serving of task %r failed: %s", self.task.name, tb)
@@ -159,35 +139,28 @@ class RemoteWrapper:
     def predict_batch(
         self, requests: Sequence[Request], explore: bool
     ) -> tuple[Sequence[Request], Prediction | Failure]:
-        """:meth:`ComputationWrapper.predict_batch` through the learner (one round trip), or on this worker's
-        replica."""
+        """:meth:`ComputationWrapper.predict_batch` through the learner (one round trip), or on the replica."""
         self.stopping = self.msg.stop_event.is_set()
         requests, inputs, states = pack_finite(requests, self.task)
         if not requests:
             return requests, NONE_SERVED
-        return requests, self._exchange(inputs, states, len(requests), explore, len(requests))
+        exchange = self._exchange if self.replica is None else self._predict_here
+        return requests, exchange(inputs, states, len(requests), explore)
 
     def _exchange(
-        self, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray], rows: int, explore: bool, requests: int
+        self, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray], rows: int, explore: bool
     ) -> Prediction | Failure:
-        """Send one packed batch to the learner and read its prediction (a Failure when that fails).
-
-        With a replica the batch is predicted here, and only its count goes to the learner (with the
-        next episode report).
-        """
-        if self.replica is not None:
-            return self._predict_here(self.replica, inputs, states, rows, explore, requests)
+        """Send one packed batch of ``rows`` requests to the learner and read its prediction (or a Failure)."""
+        requests = rows
         try:
-            if self.request is None or rows > self.request.capacity:
-                # No shared buffers (Ray), or a round of more rows than they hold (one row per agent of this
-                # worker; agents may ask for several samples at once): the arrays go in the message.
+            if self.request is None or rows > self.request.capacity:  # no shared buffers, or too small
                 self.msg.flush_due()
                 data = pickle.dumps((self.index, rows, requests, explore, inputs, states), pickle.HIGHEST_PROTOCOL)
                 self.pred_conn.send_bytes(TAG_INLINE + data)
             else:
                 self.request.write({f"in.{k}": v for k, v in inputs.items()}, rows)
                 self.request.write({f"st.{k}": v for k, v in states.items()}, rows)
-                self.msg.flush_due()  # the episodes that ended meanwhile, every EPISODE_REPORT_S
+                self.msg.flush_due()
                 self.pred_conn.send_bytes(SHM_REQUEST.pack(TAG_SHM, self.index, rows, requests, explore))
             reply = self.pred_conn.recv_bytes()
             tag = reply[:1]
@@ -206,50 +179,38 @@ class RemoteWrapper:
             return Failure(exc, "the learner process is gone", "predict")
         except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
             return Failure(exc, traceback.format_exc(), "predict")
-        return Prediction(
-            actions={k[4:]: v for k, v in out.items() if k.startswith("act.")},
-            states={k[3:]: v for k, v in out.items() if k.startswith("st.")},
-            extras={k[3:]: v for k, v in out.items() if k.startswith("ex.")},
-        )
+        return Prediction(unprefixed(out, "act."), unprefixed(out, "st."), unprefixed(out, "ex."))
 
     def _predict_here(
-        self,
-        replica: PredictionReplica,
-        inputs: dict[str, np.ndarray],
-        states: dict[str, np.ndarray],
-        rows: int,
-        explore: bool,
-        requests: int,
+        self, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray], rows: int, explore: bool
     ) -> Prediction | Failure:
+        """Predict one packed batch of ``rows`` requests on the replica; only its count goes to the learner."""
+        assert self.replica is not None
         try:
             self.msg.flush_due()
         except (EOFError, OSError) as exc:
             return Failure(exc, "the learner process is gone", "predict")
         try:
-            pred = replica.predict(inputs, states, explore)
-            check_prediction_rows(pred, rows, self.task.name)  # one row per sample, or agents would get others' rows
+            pred = self.replica.predict(inputs, states, explore)
+            check_prediction_rows(pred, rows, self.task.name)
         except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
             return Failure(exc, traceback.format_exc(), "predict")
-        self.msg.prediction(self.index, requests, rows)
+        self.msg.prediction(self.index, rows, rows)
         return pred
 
 
-EPISODE_REPORT_S = 0.02
-"""How often a busy worker reports the episodes its agents finished (an idle one reports at once)."""
+EPISODE_REPORT_S = 0.02  # how often a busy worker reports its finished episodes (an idle one at once)
 
 
 class WorkerMessenger:
     """The asynchronous message pipe of a worker: learn requests out, learn results in.
 
-    Episode reports are the most frequent message (one per episode of every agent); they are
-    gathered and sent together, as one ``("episodes", [...])`` message, at the next flush: with a
-    prediction request once ``EPISODE_REPORT_S`` passed since the last one (a message each round
-    would cost the learner a wake-up each round), when the worker's hub idles, and before any other
-    message (so the learner sees every report in the order the worker made it).
+    Episode reports are gathered and sent as one ``("episodes", [...])`` message at the next flush (every
+    ``EPISODE_REPORT_S`` with a round, when the hub idles, and before any other message). With a ``ledger``
+    each is also written there, so a killed worker's last episodes can be read back::
 
-    With a ``ledger`` every report is also written into it, and at most ``ledger.capacity`` reports
-    wait unsent: a worker killed between two flushes leaves the learner the episodes it finished
-    meanwhile (:class:`~parl.runtimes.episode_ledger.EpisodeLedger`).
+        messenger.episode(agent_id, episode_return, steps)   # gathered
+        messenger.flush_due()                                # sent once EPISODE_REPORT_S passed
     """
 
     def __init__(
@@ -259,7 +220,6 @@ class WorkerMessenger:
         self.stop_event = stop_event
         self.ledger = ledger
         self.report_s = EPISODE_REPORT_S if report_s is None else report_s
-        """Seconds between two reports (the learner's ``EPISODE_REPORT_S``, which a Ray actor is given)."""
         self._lock = threading.Lock()
         self._episodes: list[tuple[int, float, int]] = []
         self._predictions: list[tuple[int, int, int]] = []
@@ -271,13 +231,11 @@ class WorkerMessenger:
             self.conn.send(msg)
 
     def episode(self, agent_id: int, episode_return: float, steps: int) -> None:
-        """Report a finished episode at the next flush (here, once ``EPISODE_REPORT_S`` passed since the last
-        one: agents that never predict, and so never start a round, report on time too)."""
+        """Report a finished episode at the next flush (here too once due: an agent may never predict)."""
         with self._lock:
             ledger = self.ledger
             if ledger is not None:
-                if len(self._episodes) >= ledger.capacity:
-                    # The ledger keeps the newest `capacity` records: none that is unsent may be overwritten.
+                if len(self._episodes) >= ledger.capacity:  # no unsent record may be overwritten
                     try:
                         self._flush_locked()
                     except (EOFError, OSError):
@@ -292,18 +250,18 @@ class WorkerMessenger:
                     logger.debug("could not report episodes: the learner is gone")
 
     def prediction(self, task_index: int, requests: int, samples: int) -> None:
-        """Count a round predicted in this worker (by a replica) in the learner's stats at the next flush."""
+        """Count a round predicted by a replica in the learner's stats at the next flush."""
         with self._lock:
             self._predictions.append((task_index, requests, samples))
 
     def flush(self) -> None:
-        """Send the episode reports and prediction counts gathered so far (nothing if there are none)."""
+        """Send the episode reports and prediction counts gathered so far."""
         if self._episodes or self._predictions:
             with self._lock:
                 self._flush_locked()
 
     def flush_due(self) -> None:
-        """:meth:`flush` if ``EPISODE_REPORT_S`` passed since the last report (called every round)."""
+        """:meth:`flush` if ``EPISODE_REPORT_S`` passed since the last report."""
         if (self._episodes or self._predictions) and time.monotonic() - self._last_report >= self.report_s:
             self.flush()
 
@@ -318,7 +276,11 @@ class WorkerMessenger:
 
 
 class WorkerControl(RunControl):
-    """A RunControl inside a worker: stops on the learner's event, reports episodes upstream."""
+    """A RunControl inside a worker: stops on the learner's event, reports episodes upstream; the worker
+    hub's agent loops use it as any run's control::
+
+        control.messenger = messenger       # then hub._run(control): episodes go to the learner
+    """
 
     messenger: WorkerMessenger | None = None
 
@@ -347,7 +309,7 @@ class WorkerControl(RunControl):
 
     def agent_failed(self, agent_id: int, error: BaseException, tb: str, restartable: bool = True) -> bool:
         assert self.messenger is not None
-        # This worker's own budget and view of the stop; the learner's record_failure has the last word.
+        # This worker's own grant: the learner's record_failure has the last word.
         restart = restartable and self.grant_restart()
         try:
             self.messenger.send(("failure", agent_id, picklable(error), tb, restart))
@@ -359,11 +321,11 @@ class WorkerControl(RunControl):
 
 
 class WorkerHub(Hub):
-    """A worker's Hub that also runs the learner's requests (helper states) at a safe point of its loop.
+    """A worker's Hub that also runs the learner's requests (helper states) at a safe point of its loop,
+    where every agent is suspended in a wait::
 
-    The scheduler drains its inbox only from the hub's main greenlet, while every agent greenlet is
-    suspended in a wait (for a prediction or a learn result): no helper is then inside ``store_data``
-    or sampling its buffer, so what a request reads is whole.
+        hub.requests.put(read_states)   # from the reader thread
+        hub.wake()                      # run at the hub's next inbox drain
     """
 
     def __init__(self, index: int, poll_s: float) -> None:
@@ -376,9 +338,7 @@ class WorkerHub(Hub):
         return super()._drain_inbox(block)
 
     def _idle(self) -> None:
-        # The hub is about to wait: report the episodes that ended meanwhile. While agents wait for their
-        # env processes the hub waits at every round, so it reports only when due (one message per
-        # EPISODE_REPORT_S, not per round); with nothing to run at all, at once.
+        # Report the episodes that ended: only when due while agents wait for env processes, else at once.
         if self.messenger is not None:
             try:
                 if self._io:
@@ -399,7 +359,11 @@ class WorkerHub(Hub):
 
 
 class Worker:
-    """The body of a worker process: builds its agents and runs them in a Hub."""
+    """The body of a worker process (or Ray actor): builds its agents and runs them in a hub, as
+    :func:`worker_main` does::
+
+        Worker(setup, channels, pred_conn, msg_conn, stop_event).run()  # until stopped
+    """
 
     def __init__(
         self,
@@ -412,23 +376,13 @@ class Worker:
     ) -> None:
         worker, spec, ledger, replicas = setup.worker, setup.spec, setup.ledger, setup.replicas
         self.worker, self.agent_ids, self.spec = worker, setup.agent_ids, spec
-        # This worker's agents start from these states (the builder pops each agent's when it builds it).
         self.builder = dataclasses.replace(spec.builder, helper_states=dict(setup.helper_states))
         self.pred_conn, self.msg_conn, self.stop_event = pred_conn, msg_conn, stop_event
-        # This launch's episode ledger: the learner's (a worker process attaches to it), or made here under
-        # the learner's name for it (a Ray actor, on its own node; outside the resource tracker, so that
-        # it outlives this process if it dies: see EpisodeLedger.take).
-        self.ledger = (
-            EpisodeLedger(LEDGER_CAPACITY, ledger, create=create_ledger, track=not create_ledger)
-            if ledger is not None
-            else None
-        )
+        self.ledger: EpisodeLedger | None = None
+        if ledger is not None:  # the learner's, or (a Ray actor) made here, untracked so that it outlives a death
+            self.ledger = EpisodeLedger(LEDGER_CAPACITY, ledger, create=create_ledger, track=not create_ledger)
         self.messenger = WorkerMessenger(msg_conn, stop_event, self.ledger, setup.report_s)
-        built = (
-            build_replicas(replicas, worker, spec.builder.seed)
-            if replicas and any(replicas)
-            else [None] * len(spec.tasks)
-        )
+        built = build_replicas(replicas, worker, spec.builder.seed) if any(replicas) else [None] * len(spec.tasks)
         self.wrappers = [
             RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger, built[i])
             for i, t in enumerate(spec.tasks)
@@ -444,8 +398,6 @@ class Worker:
         self.control.counts_steps = spec.step_budget  # the learner's budget (its control stops the run)
 
     def build(self, agent_id: int) -> Agent:
-        # Fresh communicators for a rebuilt agent too, as on every runtime: nothing meant for the
-        # failed agent (a learn result on its way) reaches its successor.
         comms = [w.create_communicator(agent_id, self.hub.return_queue, self.hub.sink(w)) for w in self.wrappers]  # type: ignore[arg-type]
         return self.builder.build(agent_id, comms, self.control.record_fault)
 
@@ -457,7 +409,6 @@ class Worker:
                 self.stop_event.set()
                 return
             except Exception as exc:  # noqa: BLE001 - a message that does not unpickle: its agent would wait
-                # for it forever, so the run ends with the reason (the pipe itself is still in step).
                 error = RuntimeError(f"worker {self.worker} could not read a message from the learner: {exc!r}")
                 self.report(("failure", -1, error, traceback.format_exc(), False))
                 continue
@@ -466,12 +417,12 @@ class Worker:
                 self.wrappers[task_index].learn_result(token, item)
             elif msg[0] == "helper_state":
                 self.hub.requests.put(functools.partial(self.answer_helper_states, msg[1]))
-                self.hub.wake()  # a hub waiting on its agents' env processes runs it now, not after a poll
+                self.hub.wake()
             elif msg[0] == "stop":
                 self.stop_event.set()
 
     def helper_states(self) -> tuple[AgentHelperStates, dict[int, str]]:
-        """Every agent's helper states (call only at a safe point: from the hub loop, or after it ended)."""
+        """Every agent's helper states (call only at a safe point of the hub loop, or after it)."""
         states: AgentHelperStates = {}
         missing: dict[int, str] = {}
         for slot in self.hub.slots:
@@ -484,10 +435,7 @@ class Worker:
         return states, missing
 
     def answer_helper_states(self, request_id: int | None) -> None:
-        """Send the helper states to the learner: ``("helper_state", request_id, states, missing, error)``.
-
-        ``request_id`` None marks the final states, sent once the agents stopped.
-        """
+        """Send ``("helper_state", request_id, states, missing, error)``; ``request_id`` None: the final states."""
         try:
             states, missing = self.helper_states()
             self.messenger.send(("helper_state", request_id, states, missing, None))
@@ -505,7 +453,7 @@ class Worker:
     def run(self) -> None:
         self.hub.slots = [AgentSlot(a, lambda a=a: self.build(a)) for a in self.agent_ids]  # type: ignore[misc]
         threading.Thread(target=self.read_results, name=f"parl-worker-{self.worker}-reader", daemon=True).start()
-        building = -1  # the agent being built, to whom a failure then belongs; after that, the hub's
+        building = -1  # the agent being built, to whom a failure belongs
         try:
             for slot in self.hub.slots:
                 building = slot.agent_id
@@ -514,23 +462,13 @@ class Worker:
             self.hub._run(self.control)
         except BaseException as exc:  # noqa: BLE001 - reported to the learner
             self.report(("failure", building, picklable(exc), traceback.format_exc(), False))
-        finally:
-            # The agents have stopped: answer what was asked meanwhile, then report the final states
-            # (a checkpoint written after the run reads them) before saying goodbye.
+        finally:  # answer what was asked, report the final states, then say goodbye
             self.hub.run_requests()
             self.answer_helper_states(None)
             for slot in self.hub.slots:
-                if slot.agent is not None:
-                    try:
-                        slot.agent.close()
-                    except Exception:  # noqa: BLE001 - a broken env must not stop the shutdown
-                        logger.debug("closing agent %d failed", slot.agent_id, exc_info=True)
-            # No prediction comes after this: the learner's prediction thread ends at once (a Ray
-            # actor's process, and so its connection, outlives its run).
-            self.pred_conn.close()
-            if self.ledger is not None:
-                # Every episode was reported with the final states above. Closed before the goodbye: a Ray
-                # actor frees the ledger it made, and the learner kills the actor once it has the goodbye.
+                slot.close()
+            self.pred_conn.close()  # ends the learner's prediction thread (a Ray actor outlives its run)
+            if self.ledger is not None:  # all reported; closed before the goodbye, after which a Ray actor dies
                 self.ledger.close()
             self.report(("exited", self.worker))
             for w in self.wrappers:
@@ -550,12 +488,11 @@ def worker_main(
     learner_pid: int | None = None,
     inherited: Sequence[Any] = (),
 ) -> None:
-    """Entry point of a worker process: ends with its learner (``learner_pid``, whose connections
-    ``inherited`` by the fork are closed here; see :mod:`parl.runtimes.lifeline`)."""
+    """Entry point of a worker process: ends with its learner (see :mod:`parl.runtimes.lifeline`)."""
     tie_to_learner(learner_pid, inherited)
     try:
         body = Worker(setup, channels, pred_conn, msg_conn, stop_event)
-    except BaseException as exc:  # noqa: BLE001 - e.g. a replica that cannot be built: the learner must know why
+    except BaseException as exc:  # noqa: BLE001 - e.g. a replica that cannot be built
         first = setup.agent_ids[0] if setup.agent_ids else -1
         with contextlib.suppress(Exception):
             msg_conn.send(("failure", first, picklable(exc), traceback.format_exc(), False))

@@ -1,49 +1,20 @@
-"""Agents in Ray actors, many agents per actor; tasks and wrappers stay in the learner process.
+"""Agents in Ray actors, many per actor; tasks and wrappers stay in the learner process.
 
-Each actor runs the same worker body as the process runtime (agents as
-greenlets in a :class:`Hub`). Ray places the actors (on this machine or
-across a cluster) and restarts nothing by itself; the data does not go
-through Ray's object store per step. Instead each actor opens two TCP
-connections back to the learner (authenticated with a per-run key): when no
-agent of an actor can run, the actor sends **one** message with the packed
-predictions of all its waiting agents and gets one reply with their actions,
-exactly like a worker process does through shared memory. Training batches
-and their results travel on the second connection.
-
-::
+Each actor runs the process runtime's worker body and opens two authenticated TCP connections back to
+the learner: one message per prediction round (the arrays inline), and learning on the other. A dead
+actor is counted and replaced like a dead worker process; its episode ledger on its node is read back
+by a Ray task there. Ray is optional (``pip install parl[ray]``) and imported only when a run uses it::
 
     learner process (driver)                          Ray actor k (agents k, k+P, ...)
     listener  <-- connect x2 (hello, key) ---------  Worker
     _RayLink thread: predict(batch) <- 1 msg/round -- Hub: pack pending predictions
     ComputationWrapper(training) <-- learn ---------- AgentHelper.learn()
-
-An actor that dies (killed from outside, its node lost) closes its
-connections; the link notices at once, counts the lost worker and its
-episodes in flight, and starts a new actor for the same agents when
-``restart_failed_agents`` is set.
-
-Each actor keeps an episode ledger on its own node, as a worker process does in the learner's shared
-memory: when an actor dies, a task on its node reads back the episodes it finished but had not
-reported yet, and frees the ledger (:class:`~parl.runtimes.episode_ledger.EpisodeLedger`).
-
-Helper states (replay buffers) travel like in the process runtime: a
-checkpoint asks each actor on its message connection, the actor answers at a
-safe point of its hub loop and reports its final states when it stops; a new
-actor gets its agents' states as an argument of ``run`` (those of the
-checkpoint the run resumed from, or of the last checkpoint when it replaces a
-lost actor).
-
-Use it through the Manager; agent code does not change::
-
-    ManagerConfig(runtime="ray", num_workers=4, num_agents=256, ray_address="auto")
-
-Ray is optional (``pip install parl[ray]``); only this module imports it,
-and only when a run uses it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import multiprocessing.connection as mpc
 import os
@@ -69,23 +40,12 @@ __all__ = ["RayRuntime", "ray_available"]
 
 logger = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 120.0
-"""How long the learner waits for a new actor to connect (Ray may need to start a worker process)."""
-
-HANDSHAKE_TIMEOUT_S = 10.0
-"""How long a connection to the learner may take to authenticate and say hello before it is dropped."""
-
-ACCEPT_POLL_S = 0.2
-"""How often the learner's accept loop looks whether it should stop."""
-
-MAX_HANDSHAKES = 64
-"""Connections the learner authenticates at once; more are refused (a port scan must not cost a thread each)."""
-
-LEDGER_READ_TIMEOUT_S = 30.0
-"""How long the learner waits for the task that reads a dead actor's episode ledger on its node."""
-
-STOP_LEDGER_READ_S = 10.0
-"""How long a stop waits, past its deadline, for the ledger of an actor it had to kill to be read."""
+CONNECT_TIMEOUT_S = 120.0  # for a new actor to connect (Ray may need to start a worker process)
+HANDSHAKE_TIMEOUT_S = 10.0  # for a connection to authenticate and say hello
+ACCEPT_POLL_S = 0.2  # how often the accept loop looks whether it should stop
+MAX_HANDSHAKES = 64  # connections authenticated at once; more are refused (a port scan costs no thread each)
+LEDGER_READ_TIMEOUT_S = 30.0  # for the task that reads a dead actor's episode ledger on its node
+STOP_LEDGER_READ_S = 10.0  # how long a stop waits, past its deadline, for a killed actor's ledger to be read
 
 
 def ray_available() -> bool:
@@ -107,8 +67,7 @@ def _import_ray() -> Any:
 
 @contextlib.contextmanager
 def _keep_sigterm_handler() -> Iterator[None]:
-    """Keep the process's SIGTERM handler through ``ray.init``, which replaces it with one that exits: a
-    Trainer that stops cleanly on SIGTERM must keep doing so (and without a handler the reaper cleans up)."""
+    """Keep the process's SIGTERM handler through ``ray.init``, which replaces it with one that exits."""
     main = threading.current_thread() is threading.main_thread()
     before = signal.getsignal(signal.SIGTERM) if main else None
     try:
@@ -119,11 +78,7 @@ def _keep_sigterm_handler() -> Iterator[None]:
 
 
 def _no_delay(conn: mpc.Connection) -> mpc.Connection:
-    """Turn off Nagle's algorithm on a TCP connection.
-
-    ``Connection.send`` writes a large message as a header and a body; with Nagle on, the body
-    waits for the peer's delayed ACK of the header (tens of milliseconds per round trip).
-    """
+    """Turn off Nagle's algorithm on a TCP connection (else a message's body waits for the header's ACK)."""
     try:
         sock = socket.socket(fileno=os.dup(conn.fileno()))
     except OSError:
@@ -137,11 +92,7 @@ def _no_delay(conn: mpc.Connection) -> mpc.Connection:
 
 
 def _actor_main(setup: WorkerSetup, generation: int, address: Any, authkey: bytes) -> int:
-    """Body of the actor's ``run`` method: connect back to the learner and run the agents.
-
-    The actor makes its episode ledger on its node under the setup's name, and reports its episodes every
-    ``setup.report_s`` (the learner's ``EPISODE_REPORT_S``).
-    """
+    """Body of the actor's ``run`` method: connect back to the learner and run the agents."""
     pred = _no_delay(mpc.Client(address, authkey=authkey))
     pred.send(("hello", setup.worker, generation, "pred"))
     msg = _no_delay(mpc.Client(address, authkey=authkey))
@@ -151,60 +102,48 @@ def _actor_main(setup: WorkerSetup, generation: int, address: Any, authkey: byte
 
 
 def _take_ledger(name: str, capacity: int, reported: int | None) -> tuple[list[tuple[int, float, int]], int] | None:
-    """The body of the Ray task that reads and frees a dead actor's ledger on its node (:meth:`EpisodeLedger.take`)."""
+    """The Ray task that reads and frees a dead actor's ledger on its node (:meth:`EpisodeLedger.take`)."""
     return EpisodeLedger.take(name, capacity, reported)
 
 
-_ledger_task: Any = None
-
-
+@functools.cache
 def _ledger_reader() -> Any:
-    """The Ray task of :func:`_take_ledger`, defined on first use. It takes no CPU of Ray's: the actors may
-    hold all of them, the restarted one included."""
-    global _ledger_task
-    if _ledger_task is None:
-        _ledger_task = _import_ray().remote(num_cpus=0, max_retries=0)(_take_ledger)
-    return _ledger_task
+    """The Ray task of :func:`_take_ledger`, defined on first use (no CPU: the actors may hold them all)."""
+    return _import_ray().remote(num_cpus=0, max_retries=0)(_take_ledger)
 
 
-_actor_class: Any = None
-
-
+@functools.cache
 def _remote_worker_class() -> Any:
     """The Ray actor class, defined on first use so that importing parl never imports Ray."""
-    global _actor_class
-    if _actor_class is None:
-        ray = _import_ray()
+    ray = _import_ray()
 
-        class RayAgentWorker:
-            """A Ray actor hosting many agents; ``run`` blocks until they stop."""
+    class RayAgentWorker:
+        """A Ray actor hosting many agents; ``run`` blocks until they stop."""
 
-            def pid(self) -> int:
-                return os.getpid()
+        def pid(self) -> int:
+            return os.getpid()
 
-            def node_id(self) -> str:
-                """The Ray node this actor runs on (where its episode ledger lies)."""
-                return str(ray.get_runtime_context().get_node_id())
+        def node_id(self) -> str:
+            """The Ray node this actor runs on (where its episode ledger lies)."""
+            return str(ray.get_runtime_context().get_node_id())
 
-            def run(self, setup: WorkerSetup, generation: int, address: Any, authkey: bytes) -> int:
-                return _actor_main(setup, generation, address, authkey)
+        def run(self, setup: WorkerSetup, generation: int, address: Any, authkey: bytes) -> int:
+            return _actor_main(setup, generation, address, authkey)
 
-        _actor_class = ray.remote(RayAgentWorker)
-    return _actor_class
+    return ray.remote(RayAgentWorker)
 
 
 class _Acceptor:
     """The learner's listening socket: hands each actor's two connections to its link.
 
-    Each connection's handshake (the per-run key's challenge both ways, then the actor's hello) runs on
-    a thread of its own under a deadline, so a client that connects and sends nothing (a port scan, a
-    half-open connection) holds up neither the actors' connections nor the stop.
+    Each handshake (the key's challenge both ways, then the hello) runs on a thread of its own under a
+    deadline, so a silent client holds up neither the actors' connections nor the stop.
     """
 
     def __init__(self, host: str) -> None:
         self.authkey = secrets.token_bytes(32)
         self._sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self._sock.settimeout(ACCEPT_POLL_S)  # the accept loop looks at _closing this often
+        self._sock.settimeout(ACCEPT_POLL_S)
         self.address: tuple[str, int] = tuple(self._sock.getsockname()[:2])  # type: ignore[assignment]
         self._cond = threading.Condition()
         self._conns: dict[tuple[int, int, str], mpc.Connection] = {}
@@ -219,7 +158,7 @@ class _Acceptor:
                 sock, _ = self._sock.accept()
             except TimeoutError:
                 continue
-            except OSError as exc:  # e.g. out of file descriptors for a moment: the run's actors still need it
+            except OSError as exc:  # e.g. out of file descriptors for a moment
                 if self._closing:
                     return
                 logger.warning("the learner's listening socket could not accept a connection: %s", exc)
@@ -231,7 +170,7 @@ class _Acceptor:
                 continue
             try:
                 threading.Thread(target=self._handshake, args=(sock,), name="parl-ray-handshake", daemon=True).start()
-            except RuntimeError as exc:  # no thread to be had for a moment: this connection only is refused
+            except RuntimeError as exc:  # no thread to be had for a moment
                 self._handshakes.release()
                 sock.close()
                 logger.warning("refused a connection to the learner: %s", exc)
@@ -246,8 +185,7 @@ class _Acceptor:
     def _handshake_of(self, sock: socket.socket) -> None:
         sock.setblocking(True)
         conn = mpc.Connection(os.dup(sock.fileno()))
-        # shutdown() wakes the handshake's blocked read when the client stays silent (closing would not);
-        # under a lock with the handshake's end, so that a deadline just missed cannot cut a good connection.
+        # shutdown() wakes a blocked read (closing would not); locked so a deadline just missed cuts nothing.
         state = {"done": False, "expired": False}
         lock = threading.Lock()
 
@@ -255,7 +193,8 @@ class _Acceptor:
             with lock:
                 if not state["done"]:
                     state["expired"] = True
-                    _shutdown(sock)
+                    with contextlib.suppress(OSError):  # closed already: the handshake ended
+                        sock.shutdown(socket.SHUT_RDWR)
 
         timer = threading.Timer(HANDSHAKE_TIMEOUT_S, expire)
         timer.daemon = True
@@ -278,7 +217,7 @@ class _Acceptor:
                 state["done"] = True
             timer.cancel()
             sock.close()  # the connection has its own descriptor
-        if state["expired"]:  # the deadline came as the hello did: the connection is cut, drop it
+        if state["expired"]:
             logger.warning("refused a connection to the learner: its handshake ended past the deadline")
             conn.close()
             return
@@ -308,7 +247,7 @@ class _Acceptor:
             return self._conns.pop(keys[0]), self._conns.pop(keys[1])
 
     def close(self) -> None:
-        """Stop accepting, and close the connections no link took (an earlier actor's that came late)."""
+        """Stop accepting, and close the connections no link took."""
         self._closing = True
         self._thread.join(2.0)
         self._sock.close()
@@ -316,11 +255,6 @@ class _Acceptor:
             for conn in self._conns.values():
                 conn.close()
             self._conns.clear()
-
-
-def _shutdown(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # closed already: the handshake ended
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 class _RayLink(WorkerLink):
@@ -335,12 +269,10 @@ class _RayLink(WorkerLink):
         self.generation = -1
         self.actor_pid: int | None = None
         self._pid_ref: Any = None
-        self.actor_node: str | None = None
-        """The Ray node of the current actor (known once it connected)."""
+        self.actor_node: str | None = None  # the current actor's Ray node (known once it connected)
         self._node_ref: Any = None
-        self.ledger_name: str | None = None
-        """The current actor's episode ledger on its node, until it is read (None: nothing to read)."""
-        self._ledger_lock = threading.Lock()  # the link's thread and close() may both come to read it
+        self.ledger_name: str | None = None  # the current actor's episode ledger, until it is read
+        self._ledger_lock = threading.Lock()  # the link's thread and close() may both read it
         self._submitted = False
 
     def describe(self) -> str:
@@ -350,10 +282,7 @@ class _RayLink(WorkerLink):
         return []
 
     def submit(self) -> None:
-        """Create the actor and start its agents; they connect back in :meth:`_launch`.
-
-        Separate from ``_launch`` so that all actors of a run start together.
-        """
+        """Create the actor and start its agents (all actors of a run together); they connect in :meth:`_launch`."""
         ray = self.runtime.ray
         rt = self.runtime
         assert rt.acceptor is not None and rt.remote_spec is not None
@@ -379,7 +308,7 @@ class _RayLink(WorkerLink):
         if not self._submitted:
             self.submit()
         self._submitted = False
-        self.reported = 0  # episode reports of this actor (the previous one's link thread has ended)
+        self.reported = 0
 
         def alive() -> bool:
             done, _ = ray.wait([self.run_ref], timeout=0)
@@ -398,20 +327,14 @@ class _RayLink(WorkerLink):
         return conns
 
     def reads_locally(self) -> bool:
-        """Whether the actor ran on the learner's node, whose shared memory this process reads itself (not
-        through Ray's client, ``ray://``, whose driver runs on another machine than its node)."""
-        return (
-            not self.runtime.through_client()
-            and self.actor_node is not None
-            and self.actor_node == self.runtime.learner_node
-        )
+        """Whether the actor ran on the learner's node (not through Ray's client), whose shared memory is ours."""
+        rt = self.runtime
+        return not rt.through_client() and self.actor_node is not None and self.actor_node == rt.learner_node
 
     def _read_ledger(
         self, reported: int | None, timeout: float = LEDGER_READ_TIMEOUT_S
     ) -> tuple[list[tuple[int, float, int]], int] | None:
-        """Read and free the dead actor's episode ledger (once per actor): here when the actor ran on this
-        node, else by a task on the actor's node (a Ray worker may take seconds to start for it), waited
-        for at most ``timeout``."""
+        """Read and free the dead actor's episode ledger once: here, or by a task on its node (up to ``timeout``)."""
         with self._ledger_lock:
             name, self.ledger_name = self.ledger_name, None
         if name is None:
@@ -457,7 +380,6 @@ class _RayLink(WorkerLink):
         """Ask the actor to stop, wait for its goodbye, then kill it; True if it ended in time."""
         ray = self.runtime.ray
         deadline = time.monotonic() + timeout
-        # A replacement actor being started gets the stop through its own connections, once it connected.
         if not self.wait_for_start(timeout / 2):
             logger.warning("the replacement actor of worker %d had not connected when the run stopped", self.index)
         if getattr(self, "msg_conn", None) is not None:  # None: the actor never connected
@@ -469,19 +391,14 @@ class _RayLink(WorkerLink):
         if self.actor is not None:
             try:
                 ray.kill(self.actor, no_restart=True)
-                # The kill is asynchronous: wait until the actor is gone, so its CPUs are free for
-                # the next run (a pending actor would otherwise wait for them).
+                # Asynchronous: wait until the actor is gone, so its CPUs are free for the next run.
                 ray.wait([self.run_ref], timeout=max(0.5, deadline - time.monotonic()))
             except Exception:  # noqa: BLE001 - already gone
                 logger.debug("killing the actor of worker %d failed", self.index, exc_info=True)
         if not ended and self.thread is not None:
-            # Killed without its goodbye: the link's thread reads (and frees) the actor's ledger before it
-            # ends, which must happen while Ray still runs (on another node, by a task that may need a
-            # new Ray worker: seconds, past the stop's deadline).
+            # Killed without its goodbye: the link's thread reads its ledger, which needs Ray still running.
             self.thread.join(max(STOP_LEDGER_READ_S, deadline - time.monotonic()))
-        if not self.said_goodbye and self.ledger_name is not None:
-            # A ledger no thread read: an actor whose run failed to start, or one that connected after its
-            # launch gave up waiting. Nothing of it was counted; it is freed.
+        if not self.said_goodbye and self.ledger_name is not None:  # a ledger no thread read: freed uncounted
             if self.actor_node is None and self._node_ref is not None:
                 with contextlib.suppress(Exception):  # never placed, or killed first: it made no ledger
                     self.actor_node = ray.get(self._node_ref, timeout=0.5)
@@ -490,9 +407,8 @@ class _RayLink(WorkerLink):
             else:
                 logger.debug("the actor of worker %d never ran: it made no episode ledger", self.index)
                 self.ledger_name = None
-        for conn in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)):
-            if conn is not None:
-                conn.close()
+        for conn in self.conns():
+            conn.close()
         return ended
 
     def kill_actor(self) -> None:
@@ -501,16 +417,13 @@ class _RayLink(WorkerLink):
 
 
 class RayRuntime(ProcessRuntime):
-    """Hosts agents in ``num_workers`` Ray actors, many agents per actor; see the module docstring.
+    """Hosts agents in ``num_workers`` Ray actors (agent ``i`` in actor ``i % num_workers``).
 
-    Args:
-        num_workers: actors to start (agent ``i`` lives in actor ``i % num_workers``).
-        address: passed to ``ray.init`` when Ray is not initialized yet (None: a local instance;
-            ``"auto"`` or ``"ray://host:10001"``: an existing cluster). A Ray instance started here is
-            shut down by :meth:`stop`; one that was already running is left alone.
-        num_cpus_per_worker: CPUs each actor reserves in Ray's scheduler.
-        learner_host: the address actors connect back to (None: loopback while Ray has this node only and
-            no ``address`` was given, else this node's IP as Ray sees it).
+    ``address`` goes to ``ray.init`` when Ray is not running yet (a Ray started here is shut down by
+    :meth:`stop`); ``learner_host`` is where actors connect back (None: loopback on a one-node Ray, else
+    this node's IP). Use it through the Manager::
+
+        ManagerConfig(runtime="ray", num_workers=4, num_agents=256, ray_address="auto")
     """
 
     name = "ray"
@@ -530,10 +443,8 @@ class RayRuntime(ProcessRuntime):
         self.acceptor: _Acceptor | None = None
         self._started_ray = False
         self._reaper: Reaper | None = None
-        self.run_token = secrets.token_hex(4)
-        """Part of the names of this runtime's episode ledgers (``parl_<pid>_ledger<run_token>...``)."""
-        self.learner_node: str | None = None
-        """This process's Ray node (known once Ray runs)."""
+        self.run_token = secrets.token_hex(4)  # in the names of this runtime's episode ledgers
+        self.learner_node: str | None = None  # this process's Ray node (known once Ray runs)
 
     def start(self, run: RunSetup) -> None:
         replicated = [t.name for t, w in zip(run.tasks, run.wrappers) if w.config.predict_in_workers]
@@ -543,9 +454,8 @@ class RayRuntime(ProcessRuntime):
                 "(its actors do not share memory with the learner)"
             )
         ray = self.ray
-        if not ray.is_initialized():
-            # A local instance ends with this process, however it ends (see parl.runtimes.reaper).
-            local = self.address is None and not os.environ.get("RAY_ADDRESS")  # (else ray.init joins a cluster)
+        if not ray.is_initialized():  # a local instance ends with this process, however it ends (reaper)
+            local = self.address is None and not os.environ.get("RAY_ADDRESS")
             self._reaper = Reaper.start(block_prefix()) if local else None
             try:
                 with _keep_sigterm_handler():
@@ -560,7 +470,7 @@ class RayRuntime(ProcessRuntime):
         super().start(run)
 
     def through_client(self) -> bool:
-        """Whether this process drives Ray through Ray's client (``ray://``): its node is another machine's."""
+        """Whether this process drives Ray through Ray's client (``ray://``)."""
         if (self.address or "").startswith("ray://"):
             return True
         try:
@@ -571,9 +481,7 @@ class RayRuntime(ProcessRuntime):
             return False
 
     def _learner_address(self) -> str:
-        """The address the actors connect back to (Ray runs): ``learner_host``, else loopback while every
-        Ray node is this one (a local instance, started here or by the caller), else this node's IP (joined
-        at an address, or with other nodes, the actors may run on other machines)."""
+        """Where actors connect back: ``learner_host``, loopback on a local one-node Ray, else this node's IP."""
         if self.learner_host is not None:
             return self.learner_host
         ray = self.ray
@@ -582,8 +490,7 @@ class RayRuntime(ProcessRuntime):
         return "127.0.0.1" if alone else str(ray.util.get_node_ip_address())
 
     def _check_cpus(self, actors: int) -> None:
-        """Refuse (on a local instance started here) or warn of (on a cluster, which may grow) more CPUs than
-        Ray has: an actor that cannot be placed never connects."""
+        """Refuse (a local Ray started here) or warn of (a cluster may grow) more CPUs than Ray has."""
         need = actors * float(self.actor_options["num_cpus"])
         have = float(self.ray.cluster_resources().get("CPU", 0.0))
         if need <= have:
@@ -596,13 +503,12 @@ class RayRuntime(ProcessRuntime):
             raise ValueError(f"{what}: lower ManagerConfig.num_workers or ray_cpus_per_worker")
         logger.warning("%s: actors wait until the cluster has the CPUs (up to %.0f s)", what, CONNECT_TIMEOUT_S)
 
-    def _make_stop_event(self) -> Any:
-        # Actors are stopped by a message on their connection; this event only marks the learner's side.
+    def _make_stop_event(self) -> Any:  # actors are stopped by a message; this marks the learner's side
         return threading.Event()
 
     def _new_link(self, index: int, agent_ids: list[int], control: RunControl) -> WorkerLink:
         link = _RayLink(index, agent_ids, self, control)
-        link.submit()  # actors start in parallel; start() then waits for each to connect
+        link.submit()  # actors start in parallel
         return link
 
     def stop(self, timeout: float) -> list[str]:

@@ -1,32 +1,12 @@
-"""Prediction replicas: a worker process predicts with its own copy of a task's algorithm.
-
-With ``WrapperConfig(predict_in_workers=True)`` and the process runtime, a worker does
-not send its prediction rounds to the learner. It runs them on a replica of the task
-(the learner's task as the worker inherited it when it was forked), and the learner
-only learns. The two sides share two small blocks of shared memory per task::
+"""Prediction replicas: with ``WrapperConfig(predict_in_workers=True)`` a forked worker predicts on its
+own copy of a task, and the learner only learns. They share two small shared-memory blocks per task::
 
     learner (after every task.learn / task.load)       worker k, at each prediction round
     ParamBoard.publish: seq odd, tensors, seq even  --> ParamBoard.pull: copy if seq moved
     SampleCounters.sync: base + sum of workers      <-> SampleCounters.before / after predict
 
-* **Parameters.** :class:`ParamBoard` holds every tensor of the algorithm's models
-  (parameters and buffers, target networks included) and a sequence number, odd while
-  the learner writes (a seqlock: a reader that saw the number move during its copy
-  keeps its old tensors and tries again next round). The learner publishes inside the
-  learning call, before the agent that asked for it gets its result, so an agent's
-  next prediction after its ``learn()`` returns uses parameters at least that new.
-* **Counters advanced by predict.** An algorithm names them in
-  :attr:`~parl.framework.algorithm.Algorithm.replica_counters` (DQN's
-  ``explored_samples``, which drives its epsilon schedule). :class:`SampleCounters`
-  keeps one row per worker plus a base row for the learner: each replica sees the
-  run's total before it predicts, and the learner's algorithm is brought up to the
-  total after every learning call and when the run stops (so checkpoints keep it).
-* **Random streams.** Each replica re-derives its random streams
-  (:meth:`~parl.framework.algorithm.Algorithm.on_replica`, Paddle's and NumPy's global
-  seeds) from the worker's index, so workers do not explore in lockstep.
-
-Replicas need the ``fork`` start method: the worker inherits the task; nothing about it
-is pickled.
+The learner publishes inside the learning call, so an agent's prediction after its ``learn()`` uses
+parameters at least that new. Each replica re-seeds its random streams from the worker's index.
 """
 
 from __future__ import annotations
@@ -57,17 +37,11 @@ __all__ = [
     "replica_seed",
 ]
 
-PULL_TIMEOUT_S = 5.0
-"""Longest a replica waits for the learner to finish writing a snapshot before it predicts on the tensors it has."""
-"""Bytes before the first tensor: the sequence number, on a cache line of its own."""
+PULL_TIMEOUT_S = 5.0  # longest a replica waits for the learner to finish writing a snapshot
 
 
 def replica_tensors(algorithm: Algorithm) -> list[tuple[str, paddle.Tensor]]:
-    """Every tensor of the algorithm's models, in a fixed order: ``("item/name", tensor)``.
-
-    The models are the :class:`paddle.nn.Layer` items of ``checkpoint_items()`` (the model and
-    its reference models); the optimizer's state is not needed to predict and stays out.
-    """
+    """Every tensor of the algorithm's models (its layer checkpoint items), in a fixed order: ``("item/name", t)``."""
     out: list[tuple[str, paddle.Tensor]] = []
     for item, obj in algorithm.checkpoint_items().items():
         if isinstance(obj, paddle.nn.Layer):
@@ -75,14 +49,13 @@ def replica_tensors(algorithm: Algorithm) -> list[tuple[str, paddle.Tensor]]:
     return out
 
 
+# In a worker: the fresh lock pair of each of the learner's lock groups (by the id of its inherited learn lock).
 _FRESH_LOCKS: dict[int, tuple[threading.RLock, threading.RLock]] = {}
-"""In a worker: the fresh lock pair of each of the learner's lock groups (by the id of its inherited learn lock)."""
 
 
 @contextlib.contextmanager
 def models_quiet(tasks: Sequence[ComputationTask]) -> Iterator[None]:
-    """Hold every model's ``learn_lock`` and ``param_lock``: no learning step or prediction of these tasks
-    runs meanwhile (so a process forked inside sees no Paddle call half done by one of them)."""
+    """Hold every model's ``learn_lock`` and ``param_lock`` (a process forked inside sees no call half done)."""
     models: dict[int, Model] = {}
     for task in tasks:
         for m in models_of(task.algorithm):
@@ -95,7 +68,7 @@ def models_quiet(tasks: Sequence[ComputationTask]) -> Iterator[None]:
 
 
 def replica_seed(seed: int, worker: int) -> int:
-    """The seed of worker ``worker``'s replica streams: derived from the run's seed, different per worker."""
+    """The seed of worker ``worker``'s replica streams, derived from the run's seed."""
     return int(np.random.SeedSequence([seed, worker, 0x5EED]).generate_state(1, np.uint32)[0])
 
 
@@ -144,9 +117,7 @@ class ParamBoard:
         return int(self._seq[0])
 
     def publish(self) -> None:
-        """Write the task's current tensors (learner side; call under the model's ``learn_lock``).
-
-        Does nothing once the board is closed."""
+        """Write the task's current tensors (learner side, under the model's ``learn_lock``; not once closed)."""
         with self._lock:
             if self._closed:
                 return
@@ -159,11 +130,7 @@ class ParamBoard:
     def pull(self, version: int) -> int:
         """Copy the published tensors into the task if they moved past ``version``; returns the version it has.
 
-        A snapshot being written (odd number) or rewritten during the copy is read again once the
-        write is over: skipping it would hand an agent whose ``learn()`` just returned parameters
-        older than that learning call's, when another learning call started meanwhile. A learner
-        that stays in the middle of a write for ``PULL_TIMEOUT_S`` (it died there) leaves the task
-        as it was.
+        A snapshot being written is waited for (up to ``PULL_TIMEOUT_S``, then the task stays as it was).
         """
         seq = int(self._seq[0])
         if seq == version:
@@ -198,11 +165,12 @@ class ParamBoard:
 
 
 class SampleCounters:
-    """The algorithm's ``replica_counters`` summed over the learner and every worker.
+    """The algorithm's ``replica_counters`` summed over the learner (row 0) and every worker (row ``1 + k``),
+    used around each replica's prediction::
 
-    A block of ``(1 + workers, len(names))`` int64: row 0 is the learner's base (what the
-    counters stood at when the run started, plus the learner's own predictions), row
-    ``1 + k`` what worker ``k``'s replica added. A restarted worker carries on in its row.
+        counters = SampleCounters(algorithm, workers)           # learner; a worker attaches with the name
+        before = counters.before(); predict(); counters.after(k, before)   # worker k
+        counters.sync()                                         # learner: the algorithm gets the totals
     """
 
     def __init__(self, algorithm: Algorithm, workers: int, name: str | None = None) -> None:
@@ -232,7 +200,7 @@ class SampleCounters:
         return [int(v) for v in self.rows.sum(axis=0)]
 
     def sync(self) -> None:
-        """Learner side: fold the learner's own advance into the base and set the algorithm to the totals."""
+        """Learner side: fold the learner's own advance into the base; set the algorithm to the totals."""
         with self._lock:
             if not self.names or self._closed:
                 return
@@ -243,7 +211,7 @@ class SampleCounters:
                 setattr(self.algorithm, n, v)
 
     def before(self) -> list[int]:
-        """Worker side, before a prediction: the algorithm sees the run's totals; returns them."""
+        """Worker side, before a prediction: set the algorithm to the run's totals; returns them."""
         totals = self.totals()
         for n, v in zip(self.names, totals):
             setattr(self.algorithm, n, v)
@@ -273,21 +241,13 @@ class PredictionReplica:
     """
 
     def __init__(
-        self,
-        task: ComputationTask,
-        board_name: str,
-        counters_name: str,
-        workers: int,
-        worker: int,
-        seed: int,
+        self, task: ComputationTask, board_name: str, counters_name: str, workers: int, worker: int, seed: int
     ) -> None:
         algorithm = task.algorithm
-        # The fork copied these locks in whatever state the learner's threads had them: new ones, one pair
-        # per lock group of the whole process (models that share parameters keep sharing their locks, across
-        # the replicas of different tasks too).
+        # The fork copied these locks as the learner's threads held them: a new pair per lock group.
         fresh = {id(learn) for _, learn in _FRESH_LOCKS.values()}
         for m in models_of(algorithm):
-            if id(m.learn_lock) not in fresh:  # (a model of an earlier replica has its fresh pair already)
+            if id(m.learn_lock) not in fresh:  # not renewed by an earlier replica already
                 m.param_lock, m.learn_lock = _FRESH_LOCKS.setdefault(
                     id(m.learn_lock), (threading.RLock(), threading.RLock())
                 )
@@ -319,8 +279,7 @@ class PredictionReplica:
 
 @dataclass
 class ReplicaSource:
-    """What a forked worker needs to replicate one task: the task itself (inherited, never pickled)
-    and the names of the learner's shared blocks for it."""
+    """What a forked worker needs to replicate one task: the task (inherited) and its shared blocks' names."""
 
     task: ComputationTask
     board: str
@@ -329,10 +288,8 @@ class ReplicaSource:
 
 
 def build_replicas(sources: Sequence[ReplicaSource | None], worker: int, seed: int) -> list[PredictionReplica | None]:
-    """Worker side, once after the fork: this process's replicas (None where the learner predicts), after
-    giving the process random streams of its own (Paddle's and NumPy's global seeds)."""
-    # Paddle keeps its mode per thread: a worker forked by a restart runs in a copy of the learner's
-    # link thread, where dygraph mode was never switched on.
+    """Worker side, once after the fork: this process's replicas (None where the learner predicts)."""
+    # Paddle keeps its mode per thread: a restart forks from a link thread, never switched to dygraph.
     if not paddle.in_dynamic_mode():
         paddle.disable_static()
     process_seed = replica_seed(seed, worker)
