@@ -18,10 +18,10 @@ $(TEST_STAMP): $(STAMP)
 	touch $(TEST_STAMP)
 
 demo: $(STAMP)
-	$(PY) -m examples.demo
+	$(PY) -m parl.examples.demo
 
 test: $(TEST_STAMP)
-	$(PY) -m ruff check parl examples tests benchmarks setup.py
+	$(PY) -m ruff check parl tests benchmarks setup.py
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
@@ -29,10 +29,10 @@ test-slow: $(TEST_STAMP)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(PY) -m ruff check parl examples tests benchmarks setup.py
+	$(PY) -m ruff check parl tests benchmarks setup.py
 
 format: $(STAMP)
-	$(PY) -m ruff format parl examples tests benchmarks setup.py
+	$(PY) -m ruff format parl tests benchmarks setup.py
 
 typecheck: $(STAMP)
 	$(PY) -m mypy

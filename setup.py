@@ -5,7 +5,9 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 setup(
-    name="parl",
+    # The import package is ``parl``; the distribution has a name of its own: "parl" on PyPI is
+    # PaddlePaddle's PARL, a different framework that installs a package ``parl`` too.
+    name="parl-rl",
     version="0.1.0",
     description="PARL-style reinforcement learning on PaddlePaddle 3: many agents, batched network calls",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
@@ -13,6 +15,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["parl", "parl.*"]),
+    package_data={"parl": ["py.typed"]},
     install_requires=[
         "paddlepaddle>=3.0",
         "numpy>=1.24",
@@ -33,6 +36,8 @@ setup(
             # tests/test_tensorboard.py reads parl's event files with the real readers.
             "tensorboard>=2.14",
             "tbparse>=0.0.8",
+            # tests/test_wheel.py builds the wheel without build isolation.
+            "wheel>=0.40",
         ],
         "plot": ["matplotlib>=3.7"],
         # The Ray runtime (ManagerConfig(runtime="ray")); nothing else imports it.

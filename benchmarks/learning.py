@@ -132,7 +132,7 @@ PARL_ON_POLICY: dict[str, dict[str, Any]] = {
         "config": {"entropy_coef": 0.0, "gae_lambda": 1.0, "normalize_advantages": False},
     },
 }
-"""Arguments of ``examples.cartpole_a2c.train.build_manager``; ``config`` holds fields of the algorithm's
+"""Arguments of ``parl.examples.cartpole_a2c.train.build_manager``; ``config`` holds fields of the algorithm's
 config (PPOConfig/A2CConfig) that the benchmark sets on the built algorithm, since build_manager takes
 only the learning rate (the fields are read at each learning step)."""
 
@@ -159,17 +159,17 @@ PROBLEMS: dict[str, Problem] = {
     p.name: p
     for p in [
         Problem("cartpole_ppo", "CartPole-v1", "PPO", "ppo/CartPole-v1", 475.0, 5_000, 300.0, 400_000, 0.5,
-                "examples.cartpole_a2c.train"),
+                "parl.examples.cartpole_a2c.train"),
         Problem("cartpole_a2c", "CartPole-v1", "A2C", "a2c/CartPole-v1", 475.0, 5_000, 600.0, 1_000_000, 1.0,
-                "examples.cartpole_a2c.train"),
+                "parl.examples.cartpole_a2c.train"),
         Problem("cartpole_dqn", "CartPole-v1", "DQN", "dqn/CartPole-v1", 475.0, 2_500, 300.0, 100_000, 1.0,
-                "examples.cartpole_dqn_many.train"),
+                "parl.examples.cartpole_dqn_many.train"),
         Problem("acrobot_dqn", "Acrobot-v1", "DQN", "dqn/Acrobot-v1", -100.0, 5_000, 600.0, 200_000, 1.0,
-                "examples.acrobot_dqn.train"),
+                "parl.examples.acrobot_dqn.train"),
         Problem("pendulum_td3", "Pendulum-v1", "TD3", "td3/Pendulum-v1", -200.0, 2_000, 600.0, 60_000, 1.0,
-                "examples.pendulum_td3.train"),
+                "parl.examples.pendulum_td3.train"),
         Problem("pendulum_sac", "Pendulum-v1", "SAC", "sac/Pendulum-v1", -200.0, 2_000, 600.0, 60_000, 1.0,
-                "examples.pendulum_sac.train"),
+                "parl.examples.pendulum_sac.train"),
     ]
 }  # fmt: skip
 

@@ -1,5 +1,5 @@
 """Batches of a multi-task agent: the design document's robot (goal every 8 steps, RL every step on the goal,
-an auxiliary task sharing the RL model's encoder), 32 agents, built by ``examples.goal_rl_aux.train``.
+an auxiliary task sharing the RL model's encoder), 32 agents, built by ``parl.examples.goal_rl_aux.train``.
 
 For each runtime, with learning off (helpers that keep nothing) and on (all three tasks learning), the
 mean predict batch of the RL and goal tasks, over ``--repeats`` runs of ``--steps`` env steps. The issue's
@@ -16,7 +16,7 @@ import statistics
 from typing import Any
 
 from benchmarks.common import machine, write_results
-from examples.goal_rl_aux.train import build_manager
+from parl.examples.goal_rl_aux.train import build_manager
 
 TARGETS = {("coroutines", False): 29.0, ("coroutines", True): 26.0, ("threads", False): 20.0, ("threads", True): 20.0}
 
@@ -49,7 +49,7 @@ def markdown(rows: list[dict[str, Any]], steps: int, repeats: int) -> str:
     lines = [
         "## Multi-task agents: batches of the design's robot (`benchmarks/multitask.py`)",
         "",
-        f"32 agents of `examples/goal_rl_aux` (goal every 8 steps, RL every step on the goal, aux on the RL "
+        f"32 agents of `parl/examples/goal_rl_aux` (goal every 8 steps, RL every step on the goal, aux on the RL "
         f"encoder), median of {repeats} runs of {steps} env steps each.",
         "",
         "| runtime | learning | RL mean predict batch | goal mean predict batch | env steps/s | target (RL) |",

@@ -20,8 +20,8 @@ import numpy as np
 
 import parl
 from benchmarks.common import machine, rss_mb, write_results
-from examples.cartpole_dqn.model import CartPoleQModel
 from parl.agents import GymAgent
+from parl.examples.cartpole_dqn.model import CartPoleQModel
 from parl.runtimes.control import RunControl
 
 

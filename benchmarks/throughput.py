@@ -448,7 +448,7 @@ def _start_local_ray() -> bool:
     try:
         import ray
     except ImportError:
-        print("Ray is not installed: no Ray rows (pip install 'parl[ray]')", flush=True)
+        print("Ray is not installed: no Ray rows (pip install -e '.[ray]')", flush=True)
         return False
     root = str(Path(__file__).resolve().parents[1])
     ray.init(
@@ -462,7 +462,7 @@ def _start_local_ray() -> bool:
 
 def training_path(repeats: int) -> dict[str, float]:
     """DQN update of a 4-64-64-2 network on a 64-sample batch: bare Paddle vs task vs wrapper."""
-    from examples.cartpole_dqn.model import CartPoleQModel
+    from parl.examples.cartpole_dqn.model import CartPoleQModel
 
     rng = np.random.default_rng(0)
     b = 64

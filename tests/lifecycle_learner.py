@@ -27,8 +27,8 @@ import gymnasium as gym
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import parl  # noqa: E402
-from examples.cartpole_dqn.model import CartPoleQModel  # noqa: E402
 from parl.agents import GymAgent  # noqa: E402
+from parl.examples.cartpole_dqn.model import CartPoleQModel  # noqa: E402
 
 
 def _ready(path: Path) -> None:

@@ -397,7 +397,7 @@ def test_a_multi_task_agent_joins_the_batch_of_its_next_task_in_the_same_round(l
     # The design's robot (goal every 8 steps, then the move it conditions; all three tasks learning when
     # ``learning``): an agent answered by the goal task goes on to the RL task before that task's round,
     # and a round waits for the agents inside a running learning call.
-    from examples.goal_rl_aux.train import build_manager
+    from parl.examples.goal_rl_aux.train import build_manager
 
     report = build_manager(num_agents=16, max_steps=2_000, runtime="coroutines", learning=learning).run()
     rl = report.prediction_stats["RL"]

@@ -19,9 +19,9 @@ from test_agent_group_fakes import (
 )
 
 import parl
-from examples.cartpole_a2c.model import CartPoleActorCritic
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.data.specs import FieldSpec
+from parl.examples.cartpole_a2c.model import CartPoleActorCritic
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 import parl
-from examples.cartpole_a2c.experiment import CartPoleOnPolicyConfig
-from examples.cartpole_a2c.model import CartPoleActorCritic
-from examples.cartpole_dqn.model import CartPoleQModel
-from examples.cartpole_dqn_many.experiment import DQNManyConfig
-from examples.pendulum_td3.experiment import PendulumTD3Config
 from parl.algorithms.functional import check_action_indices
 from parl.data.specs import check_importance_weights
 from parl.envs.chaos import ChaosConfig
+from parl.examples.cartpole_a2c.experiment import CartPoleOnPolicyConfig
+from parl.examples.cartpole_a2c.model import CartPoleActorCritic
+from parl.examples.cartpole_dqn.model import CartPoleQModel
+from parl.examples.cartpole_dqn_many.experiment import DQNManyConfig
+from parl.examples.pendulum_td3.experiment import PendulumTD3Config
 from parl.training.overrides import apply_overrides
 from parl.training.single_agent import OffPolicyLoopConfig
 from tests.test_agent_group_fakes import EchoAlgorithm, echo_task_config

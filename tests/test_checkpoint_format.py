@@ -366,8 +366,8 @@ def test_task_load_refuses_an_empty_or_truncated_file(tmp_path: Path, cut: int) 
 
 # ------------------------------------------------------------------ run checkpoints
 def _dqn_manager() -> parl.Manager:
-    from examples.cartpole_dqn.model import CartPoleQModel
     from parl.agents import GymAgent
+    from parl.examples.cartpole_dqn.model import CartPoleQModel
 
     algo = parl.DQN(lambda: CartPoleQModel(16), parl.DQNConfig(epsilon_decay_samples=200))
     task = parl.TaskConfig("RL", algo, parl.ExpReplayHelper, parl.ExpReplayConfig(learning_starts=64, learn_every=8))
@@ -579,7 +579,7 @@ def test_counters_come_back_as_run_counters(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("item", ["optimizer", "extra"])
 def test_a_task_file_that_fails_part_way_leaves_the_task_as_it_was(tmp_path: Path, item: str) -> None:
-    from examples.cartpole_dqn.model import CartPoleQModel
+    from parl.examples.cartpole_dqn.model import CartPoleQModel
     from parl.framework.computation_task import write_task_file
 
     def dqn_task() -> parl.ComputationTask:

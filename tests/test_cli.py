@@ -138,7 +138,7 @@ def test_the_installed_parl_command_trains_evaluates_and_plots_from_any_director
     # a user's own experiment module in the working directory, found by module:ATTRIBUTE
     (work / "my_experiment.py").write_text(
         f"import sys\nsys.path.append({str(ROOT)!r})\n"
-        "from examples.cartpole_a2c.experiment import A2C_EXPERIMENT as EXPERIMENT\n"
+        "from parl.examples.cartpole_a2c.experiment import A2C_EXPERIMENT as EXPERIMENT\n"
     )
 
     def parl_command(*argv: str) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import parl
-from examples.cartpole_a2c.experiment import CartPoleOnPolicyConfig
+from parl.examples.cartpole_a2c.experiment import CartPoleOnPolicyConfig
 from parl.training.overrides import apply_overrides, config_from_dict, config_to_dict, load_config, save_config
 
 pytestmark = pytest.mark.timeout(60)

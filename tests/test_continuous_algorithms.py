@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the examples live next to the package, not inside it
     sys.path.insert(0, str(ROOT))
 
-from examples.pendulum_sac import train as sac_train  # noqa: E402
-from examples.pendulum_td3 import train as td3_train  # noqa: E402
+from parl.examples.pendulum_sac import train as sac_train  # noqa: E402
+from parl.examples.pendulum_td3 import train as td3_train  # noqa: E402
 
 OBS_DIM, ACTION_DIM = 3, 2
 LOW, HIGH = [-2.0, 0.0], [2.0, 1.0]

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the examples live next to the package, not inside it
     sys.path.insert(0, str(ROOT))
 
-from examples.cartpole_dqn import train as cartpole_train  # noqa: E402
-from examples.cartpole_dqn.model import CartPoleQModel  # noqa: E402
+from parl.examples.cartpole_dqn import train as cartpole_train  # noqa: E402
+from parl.examples.cartpole_dqn.model import CartPoleQModel  # noqa: E402
 
 
 def _task(**config: object) -> ComputationTask:

@@ -10,13 +10,13 @@ from computation_helpers import TinyQ
 from test_agent_group_fakes import CounterEnv
 
 import parl
-from examples.cartpole_a2c.model import CartPoleActorCritic
-from examples.cartpole_dqn.model import CartPoleQModel
-from examples.cartpole_dqn_many.train import CARTPOLE
 from parl.agents import GymAgent
 from parl.algorithms.a2c import A2C
 from parl.algorithms.dqn_heads import DuelingHead, dueling_q
 from parl.algorithms.functional import n_step_return
+from parl.examples.cartpole_a2c.model import CartPoleActorCritic
+from parl.examples.cartpole_dqn.model import CartPoleQModel
+from parl.examples.cartpole_dqn_many.train import CARTPOLE
 from parl.framework.computation_wrapper import pack_training_batches
 from parl.training.evaluation_stopper import EvalStopper
 
@@ -270,7 +270,7 @@ def test_n_step_config_needs_the_algorithms_gamma() -> None:
 
 
 def _dqn_options_manager(seed: int, max_steps: int) -> tuple[parl.Manager, EvalStopper]:
-    """Four CartPole agents (the settings of examples/cartpole_dqn_many) with all three options on."""
+    """Four CartPole agents (the settings of parl/examples/cartpole_dqn_many) with all three options on."""
     s = CARTPOLE
     paddle.seed(seed)
     algo = parl.DQN(lambda: CartPoleQModel(hidden=s.hidden, dueling=True), s.dqn_config(seed))

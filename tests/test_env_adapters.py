@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import parl
-from examples.cartpole_a2c.model import CartPoleActorCritic
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.envs.adapters import OldGymAPIAdapter, is_old_gym_api, make_env_factory, to_gymnasium_space
+from parl.examples.cartpole_a2c.model import CartPoleActorCritic
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "envs.md"
 
@@ -331,3 +331,82 @@ def _doc_blocks() -> list[str]:
 def test_gym_examples_of_the_docs_run(index: int) -> None:
     code = [b for b in _doc_blocks() if "pettingzoo" not in b.lower()][index]
     exec(compile(code, str(DOC), "exec"), {"__name__": "__doc_example__"})
+
+
+# ------------------------------------------------- gym 0.26 (the gymnasium API with gym's own spaces)
+class Gym26Env:
+    """gym 0.26: ``reset(*, seed, options)`` returns ``(obs, info)``, ``step`` five values, gym's spaces."""
+
+    def __init__(self) -> None:
+        self.observation_space = Box(-1.0, 1.0, (4,))
+        self.action_space = Discrete(2)
+        self.seeds: list[int | None] = []
+        self.t = 0
+
+    @property
+    def unwrapped(self) -> Gym26Env:
+        return self
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        self.seeds.append(seed)
+        self.t = 0
+        return np.zeros(4, np.float32), {"seeded": seed}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        return np.full(4, self.t / 10, np.float32), 1.0, False, self.t >= 5, {}
+
+    def close(self) -> None:
+        pass
+
+
+class Gym26Wrapper:
+    """gym 0.26's wrappers (what ``gym.make`` returns): ``reset(**kwargs)``, ``step`` passed through."""
+
+    def __init__(self, env: Gym26Env) -> None:
+        self.env = env
+        self.observation_space, self.action_space = env.observation_space, env.action_space
+
+    @property
+    def unwrapped(self) -> Gym26Env:
+        return self.env
+
+    def seed(self, seed: int | None = None) -> None:  # gym 0.26 kept a deprecated seed() that raises
+        raise AttributeError("seed() was removed in gym 0.26: use reset(seed=...)")
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
+        return self.env.reset(**kwargs)
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return self.env.step(action)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def test_a_gym_026_env_made_by_gym_make_is_seeded_through_reset_and_gets_gymnasium_spaces() -> None:
+    wrapped = Gym26Wrapper(Gym26Env())
+    assert not is_old_gym_api(wrapped)  # judged by the env the wrapper wraps
+    env = make_env_factory(lambda: Gym26Wrapper(Gym26Env()))(0)
+    assert isinstance(env, OldGymAPIAdapter)
+    assert isinstance(env.observation_space, gym.spaces.Box) and isinstance(env.action_space, gym.spaces.Discrete)
+    obs, info = env.reset(seed=3)
+    assert info == {"seeded": 3} and obs.shape == (4,)
+    assert env.step(1)[1:4] == (1.0, False, False)
+    assert parl.envs.adapters.gymnasium_api(Gym26Env()).observation_space.shape == (4,)
+
+
+@pytest.mark.timeout(60)
+def test_manager_and_evaluation_run_gym_026_envs_given_raw() -> None:
+    task = parl.TaskConfig(
+        "RL",
+        PPO(lambda: CartPoleActorCritic(), PPOConfig(minibatch_size=16, epochs=1)),
+        parl.OnPolicyHelper,
+        parl.OnPolicyConfig(sample_interval=4),
+    )
+    config = parl.ManagerConfig(num_agents=2, max_episodes=6)
+    report = parl.Manager([task], parl.GymAgent, lambda i: Gym26Wrapper(Gym26Env()), config).run()
+    assert report.failures == [] and set(sum(report.lengths.values(), [])) == {5}
+    built = parl.ComputationTask("RL", PPO(lambda: CartPoleActorCritic(), PPOConfig()))
+    returns = parl.evaluate_greedy(built, lambda: Gym26Wrapper(Gym26Env()), episodes=2, seed=0)
+    assert list(returns) == [5.0, 5.0]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import parl
-from examples.cartpole_dqn.model import CartPoleQModel
+from parl.examples.cartpole_dqn.model import CartPoleQModel
 from parl.training.evaluation_stopper import EvalStopper
 
 
@@ -155,11 +155,11 @@ def test_every_steps_must_be_positive() -> None:
 def _example_managers() -> dict[str, Any]:
     from dataclasses import replace as _replace
 
-    from examples.cartpole_a2c.train import build_manager as on_policy
-    from examples.cartpole_dqn_many.train import CARTPOLE
-    from examples.cartpole_dqn_many.train import build_manager as dqn
-    from examples.pendulum_sac.train import build_manager as sac
-    from examples.pendulum_td3.train import build_manager as td3
+    from parl.examples.cartpole_a2c.train import build_manager as on_policy
+    from parl.examples.cartpole_dqn_many.train import CARTPOLE
+    from parl.examples.cartpole_dqn_many.train import build_manager as dqn
+    from parl.examples.pendulum_sac.train import build_manager as sac
+    from parl.examples.pendulum_td3.train import build_manager as td3
 
     return {
         "ppo": lambda: on_policy(2, 16, "coroutines", 400, 1e-3, "ppo"),

@@ -2,7 +2,7 @@
 
 The examples' ``build_manager`` functions are tested in ``test_examples_agent_group.py``; these
 tests run the scripts themselves (argument parsing, the run, the summary they print), and
-``examples/demo.py``, which ``make demo`` runs.
+``parl/examples/demo.py``, which ``make demo`` runs.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from examples import demo
-from examples.auxiliary_task import train as auxiliary_train
-from examples.cartpole_a2c import train as cartpole_a2c_train
-from examples.goal_rl_aux import train as goal_rl_aux_train
-from examples.hierarchical_grid import train as hierarchical_train
+from parl.examples import demo
+from parl.examples.auxiliary_task import train as auxiliary_train
+from parl.examples.cartpole_a2c import train as cartpole_a2c_train
+from parl.examples.goal_rl_aux import train as goal_rl_aux_train
+from parl.examples.hierarchical_grid import train as hierarchical_train
 
 pytestmark = pytest.mark.timeout(120)
 

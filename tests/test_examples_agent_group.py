@@ -9,12 +9,12 @@ import pytest
 from test_agent_group_fakes import RUNTIMES
 
 import parl
-from examples.auxiliary_task.model_and_algorithm import ForwardDynamicsModel, NextObservationPrediction
-from examples.auxiliary_task.train import build_manager as build_aux_manager
-from examples.cartpole_a2c.model import CartPoleActorCritic
-from examples.cartpole_a2c.train import build_manager as build_cartpole_manager
-from examples.hierarchical_grid.train import build_manager as build_hierarchical_manager
 from parl.algorithms.ppo import PPO, PPOConfig
+from parl.examples.auxiliary_task.model_and_algorithm import ForwardDynamicsModel, NextObservationPrediction
+from parl.examples.auxiliary_task.train import build_manager as build_aux_manager
+from parl.examples.cartpole_a2c.model import CartPoleActorCritic
+from parl.examples.cartpole_a2c.train import build_manager as build_cartpole_manager
+from parl.examples.hierarchical_grid.train import build_manager as build_hierarchical_manager
 from parl.training.evaluation_stopper import EvalStopper
 
 

@@ -13,7 +13,7 @@ import gymnasium as gym
 import pytest
 
 import parl
-from examples.cartpole_dqn.model import CartPoleQModel
+from parl.examples.cartpole_dqn.model import CartPoleQModel
 from parl.utils.evaluation import evaluate_greedy
 from tests.test_agent_group_fakes import CounterEnv, EchoAlgorithm, echo_task_config
 from tests.test_bad_input import FlagEnv, KwargsDuckEnv, OldGymEnv

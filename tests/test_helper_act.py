@@ -11,10 +11,10 @@ from test_agent_group_fakes import ActAgent, EchoAlgorithm, counter_envs, echo_t
 from test_helper_inputs import RecordingHelper, assert_same_transitions
 
 import parl
-from examples.cartpole_recurrent.model import RecurrentActorCritic
 from parl import layers
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.data.specs import FieldSpec
+from parl.examples.cartpole_recurrent.model import RecurrentActorCritic
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import parl
-from examples.cartpole_dqn.model import CartPoleQModel
+from parl.examples.cartpole_dqn.model import CartPoleQModel
 from tests.test_agent_group_fakes import CounterEnv, EchoAlgorithm, echo_task_config
 
 

@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # benchmarks/ and examples/ live next to the package
+if str(ROOT) not in sys.path:  # benchmarks/ lives next to the package
     sys.path.insert(0, str(ROOT))
 
 import benchmarks.common  # noqa: E402
 from benchmarks import learning  # noqa: E402
 from benchmarks.learning import PROBLEMS, EvalProtocol, RunResult  # noqa: E402
-from examples.acrobot_dqn import train as acrobot  # noqa: E402
-from examples.cartpole_dqn_many import train as cartpole  # noqa: E402
+from parl.examples.acrobot_dqn import train as acrobot  # noqa: E402
+from parl.examples.cartpole_dqn_many import train as cartpole  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -117,7 +117,7 @@ def test_quick_mode_runs_the_sb3_side(results_dir: Path, capsys: pytest.CaptureF
 
 def test_a_missing_parl_example_is_skipped_with_a_note(monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    missing = replace(PROBLEMS["pendulum_sac"], parl_module="examples.no_such_example.train")
+    missing = replace(PROBLEMS["pendulum_sac"], parl_module="parl.examples.no_such_example.train")
     monkeypatch.setitem(PROBLEMS, "pendulum_sac", missing)
     learning.main(["--problems", "pendulum_sac", "--quick", "--no-write"])
     assert "pendulum_sac: parl example missing, skipped" in capsys.readouterr().out

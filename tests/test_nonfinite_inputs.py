@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import parl
-from examples.cartpole_dqn.model import CartPoleQModel
+from parl.examples.cartpole_dqn.model import CartPoleQModel
 
 
 class _NaNAgent(parl.Agent):

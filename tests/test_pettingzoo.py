@@ -1,4 +1,4 @@
-"""PettingZoo parallel envs on parl (parl.envs.pettingzoo) and the examples/pettingzoo_line_targets example."""
+"""PettingZoo parallel envs on parl (parl.envs.pettingzoo) and the parl/examples/pettingzoo_line_targets example."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from pettingzoo.test import parallel_api_test  # noqa: E402
 from test_agent_group_fakes import NUM_ACTIONS, EchoAlgorithm, expected_action  # noqa: E402
 
 import parl  # noqa: E402
-from examples.cartpole_dqn.model import CartPoleQModel  # noqa: E402
-from examples.pettingzoo_line_targets.env import LineTargetsEnv  # noqa: E402
-from examples.pettingzoo_line_targets.train import build_manager, early_and_late_return  # noqa: E402
 from parl.data.specs import FieldSpec  # noqa: E402
 from parl.envs.pettingzoo import ParallelEnvAgent, clone_helper, require_pettingzoo  # noqa: E402
+from parl.examples.cartpole_dqn.model import CartPoleQModel  # noqa: E402
+from parl.examples.pettingzoo_line_targets.env import LineTargetsEnv  # noqa: E402
+from parl.examples.pettingzoo_line_targets.train import build_manager, early_and_late_return  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "envs.md"
 

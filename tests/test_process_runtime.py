@@ -17,8 +17,8 @@ from fault_helpers import WorkerKiller
 from test_agent_group_fakes import CounterEnv, StepAgent, echo_task_config
 
 import parl
-from examples.cartpole_dqn.model import CartPoleQModel
 from parl.agents import GymAgent
+from parl.examples.cartpole_dqn.model import CartPoleQModel
 from parl.runtimes.processes import ProcessRuntime, WorkerLink
 
 
@@ -421,7 +421,7 @@ def test_bad_data_from_worker_names_agent_task_and_field() -> None:
 
 @pytest.mark.timeout(60)
 def test_hierarchical_agent_runs_unchanged_in_processes() -> None:
-    from examples.hierarchical_grid.train import build_manager
+    from parl.examples.hierarchical_grid.train import build_manager
 
     m = build_manager(num_agents=4, max_episodes=6, runtime="processes")
     report = m.run()

@@ -1,6 +1,6 @@
 """Run checkpoints on the Ray runtime: every actor's replay buffers are saved and a resumed run continues them.
 
-Skipped when Ray is not installed (``pip install parl[ray]``); ``make test`` installs it, so CI runs them.
+Skipped when Ray is not installed (``pip install 'parl-rl[ray]'``); ``make test`` installs it, so CI runs them.
 """
 
 from __future__ import annotations

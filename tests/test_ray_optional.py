@@ -46,5 +46,5 @@ def test_ray_runtime_without_ray_says_how_to_install_it() -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "RAISED ImportError:" in out and "ISINSTANCE ImportError: True" in out, out
-    assert "pip install 'parl[ray]'" in out, out  # the message tells the user what to run
+    assert "pip install 'parl-rl[ray]'" in out, out  # the message tells the user what to run
     assert "RAY IMPORTED: False" in out, out

@@ -1,6 +1,6 @@
 """The Ray runtime on a local Ray instance: same agent code, batched requests, failures, lost actors, chaos.
 
-Skipped when Ray is not installed (``pip install parl[ray]``); ``make test`` installs it, so CI runs them.
+Skipped when Ray is not installed (``pip install 'parl-rl[ray]'``); ``make test`` installs it, so CI runs them.
 """
 
 from __future__ import annotations

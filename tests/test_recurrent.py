@@ -14,13 +14,13 @@ import pytest
 from test_agent_group_fakes import NUM_ACTIONS, counter_envs
 
 import parl
-from examples.cartpole_recurrent.model import RecurrentActorCritic
-from examples.cartpole_recurrent.train import RecurrentSettings, build_manager, make_env, train
 from parl.algorithms.a2c import A2C
 from parl.algorithms.functional import categorical_log_prob, sequence_starts, unroll_sequences
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.data.specs import FieldSpec
 from parl.envs.mask_velocity import MaskVelocityWrapper
+from parl.examples.cartpole_recurrent.model import RecurrentActorCritic
+from parl.examples.cartpole_recurrent.train import RecurrentSettings, build_manager, make_env, train
 
 # ------------------------------------------------------------------ sequences and the unroll
 

@@ -18,9 +18,9 @@ from computation_helpers import Regression, TinyQ, make_batch, params_of
 from fault_helpers import WorkerKiller
 
 import parl
-from examples.cartpole_dqn.model import CartPoleQModel
 from parl.agents import GymAgent
 from parl.data.specs import FieldSpec
+from parl.examples.cartpole_dqn.model import CartPoleQModel
 from parl.runtimes import replicas
 from parl.runtimes.processes import ProcessRuntime
 from parl.runtimes.replicas import ParamBoard, PredictionReplica, SampleCounters, replica_seed
@@ -418,7 +418,7 @@ def test_cartpole_dqn_many_agents_with_replicas_in_two_workers_solves() -> None:
     """Workers act while the learner learns, so a run's course depends on timing on a loaded host
     (13 runs of seed 0 solved at 8k-58k env steps, two did not within 100k; the learner-side
     runtime's ranged over 13k-46k): a second seed gets its chance when the first does not solve."""
-    from examples.cartpole_dqn_many import train as cartpole
+    from parl.examples.cartpole_dqn_many import train as cartpole
 
     outcomes = []
     for seed in (0, 1):

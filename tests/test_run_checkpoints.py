@@ -15,7 +15,7 @@ import paddle
 import pytest
 
 import parl
-from examples.cartpole_a2c.experiment import PPO_EXPERIMENT, CartPoleOnPolicyConfig
+from parl.examples.cartpole_a2c.experiment import PPO_EXPERIMENT, CartPoleOnPolicyConfig
 from parl.training.checkpoint import CheckpointError, RunCheckpointer, RunCounters
 from parl.training.metrics_log import read_metrics_csv
 from parl.training.trainer import TrainConfig, Trainer
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def _dqn_manager(max_steps: int = 400) -> parl.Manager:
     import gymnasium as gym
 
-    from examples.cartpole_dqn.model import CartPoleQModel
     from parl.agents import GymAgent
+    from parl.examples.cartpole_dqn.model import CartPoleQModel
 
     algo = parl.DQN(lambda: CartPoleQModel(16), parl.DQNConfig(epsilon_decay_samples=200))
     task = parl.TaskConfig("RL", algo, parl.ExpReplayHelper, parl.ExpReplayConfig(learning_starts=64, learn_every=8))

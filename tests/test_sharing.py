@@ -10,12 +10,12 @@ import paddle
 import pytest
 
 import parl
-from examples.auxiliary_task.model_and_algorithm import ForwardDynamicsModel, NextObservationPrediction
-from examples.auxiliary_task.train import build_manager as build_aux_manager
-from examples.cartpole_a2c.model import CartPoleActorCritic
 from parl import layers
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.data.specs import FieldSpec
+from parl.examples.auxiliary_task.model_and_algorithm import ForwardDynamicsModel, NextObservationPrediction
+from parl.examples.auxiliary_task.train import build_manager as build_aux_manager
+from parl.examples.cartpole_a2c.model import CartPoleActorCritic
 from parl.framework.sharing import SharedParameterError
 
 pytestmark = pytest.mark.timeout(120)

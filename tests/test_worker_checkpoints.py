@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import parl
-from examples.cartpole_dqn.model import CartPoleQModel
 from parl.agents import GymAgent
+from parl.examples.cartpole_dqn.model import CartPoleQModel
 from parl.framework.errors import HelperStateError
 from parl.runtimes.base import HelperStates
 from parl.runtimes.control import RunControl

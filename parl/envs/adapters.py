@@ -12,11 +12,14 @@
 How an old-API env is recognised (:func:`is_old_gym_api`), in this order, without stepping it:
 
 1. ``reset`` has a ``return_info`` parameter: old (gym 0.22 to 0.25).
-2. ``reset`` has a parameter named ``seed`` (a bare ``**kwargs`` does not count): gymnasium API.
+2. ``reset`` has a parameter named ``seed`` (a bare ``**kwargs`` does not count; a wrapper whose
+   ``reset`` takes only ``**kwargs``, as gym's do, is judged by the env it wraps): gymnasium API.
 3. the env is a ``gymnasium.Env``: gymnasium API.
 4. otherwise (a ``reset`` without ``seed``, not a gymnasium env): old (gym 0.21 and earlier).
 
-``make_env_factory(..., old_api=True)`` (or ``False``) overrides the detection.
+``make_env_factory(..., old_api=True)`` (or ``False``) overrides the detection. Every env that is not a
+``gymnasium.Env`` is wrapped in the adapter, old API or not: a gym 0.26 env speaks the gymnasium API
+but has gym's spaces, which the adapter converts.
 
 The Manager and ``evaluate_greedy`` apply the same detection to every env they build
 (:func:`gymnasium_api`), so an old-API env given to them raw is adapted too. Rule 4 also takes a
@@ -38,11 +41,17 @@ __all__ = ["make_env_factory", "OldGymAPIAdapter", "gymnasium_api", "is_old_gym_
 
 
 def _reset_parameters(env: Any) -> dict[str, inspect.Parameter] | None:
-    """The parameters of ``env.reset``, or None when its signature cannot be read."""
+    """The parameters of ``env.reset``, or None when its signature cannot be read. A wrapper's
+    ``reset(**kwargs)`` (gym's wrappers) says nothing: then those of the env it wraps (``env.unwrapped``)."""
     try:
-        return dict(inspect.signature(env.reset).parameters)
+        params = dict(inspect.signature(env.reset).parameters)
     except (TypeError, ValueError):
         return None
+    inner = getattr(env, "unwrapped", None)
+    wrapper = params and all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params.values())
+    if wrapper and inner is not None and inner is not env and _is_env_object(inner):
+        return _reset_parameters(inner) or params
+    return params
 
 
 def is_old_gym_api(env: Any) -> bool:
@@ -83,7 +92,7 @@ def to_gymnasium_space(space: Any) -> gym.spaces.Space[Any]:
 
 
 class OldGymAPIAdapter(gym.Env[Any, Any]):
-    """An env with the gym API before 0.26, seen through the gymnasium API.
+    """An env of the gym package (the API before 0.26, or 0.26's with gym's spaces) as a gymnasium env.
 
     ``reset(seed=..., options=...)`` seeds the env (``env.reset(seed=...)`` when its reset takes a
     seed, else ``env.seed(seed)``) and returns ``(obs, {})``; ``step`` maps ``(obs, reward, done,
@@ -151,29 +160,39 @@ class OldGymAPIAdapter(gym.Env[Any, Any]):
         self.env.close()
 
 
+def _has_single_spaces(env: Any) -> bool:
+    """Whether ``env`` has one observation and one action space (attributes, not per-agent methods)."""
+    spaces = (getattr(env, "observation_space", None), getattr(env, "action_space", None))
+    return all(space is not None and not callable(space) for space in spaces)
+
+
 def _is_env_object(env: Any) -> bool:
     return not isinstance(env, type) and callable(getattr(env, "reset", None)) and callable(getattr(env, "step", None))
 
 
 def gymnasium_api(env: Any) -> Any:
-    """``env`` as the gymnasium API: an old-API env (:func:`is_old_gym_api`) wrapped in
-    :class:`OldGymAPIAdapter`; anything else (a gymnasium env, an adapted one, a PettingZoo env, an object
-    that is no env) as it is. The Manager's agents (``guard_env``) and ``evaluate_greedy`` build their envs
+    """``env`` as the gymnasium API: an env that is not a ``gymnasium.Env`` (old API, or gym 0.26's) or
+    has the old API (:func:`is_old_gym_api`) wrapped in :class:`OldGymAPIAdapter`; anything else (a
+    gymnasium env, an adapted one, an object that is no env) as it is. The Manager's agents
+    (``guard_env``) and ``evaluate_greedy`` build their envs
     through this, so an old gym env works there without :func:`make_env_factory`::
 
         env = gymnasium_api(MyOldGymEnv())      # an OldGymAPIAdapter
         obs, info = env.reset(seed=0)
     """
-    if isinstance(env, OldGymAPIAdapter) or not _is_env_object(env) or not is_old_gym_api(env):
+    if isinstance(env, OldGymAPIAdapter) or not _is_env_object(env):
         return env
-    return OldGymAPIAdapter(env)
+    if is_old_gym_api(env) or (not isinstance(env, gym.Env) and _has_single_spaces(env)):
+        return OldGymAPIAdapter(env)  # old API, or gym 0.26's (gym spaces)
+    return env  # a gymnasium env, or not a single-agent env (a PettingZoo ParallelEnv's spaces are methods)
 
 
 def _adapt(env: Any, old_api: bool | None, source: str) -> gym.Env[Any, Any]:
     if not _is_env_object(env):
         raise TypeError(f"{source} gave {type(env).__name__}, not an env (an object with reset() and step())")
-    old = is_old_gym_api(env) if old_api is None else old_api
-    return OldGymAPIAdapter(env) if old else env
+    if old_api is None:
+        return gymnasium_api(env)  # type: ignore[no-any-return]
+    return OldGymAPIAdapter(env) if old_api else env
 
 
 def make_env_factory(

@@ -65,7 +65,7 @@ def require_pettingzoo() -> ModuleType:
     except ImportError as exc:
         raise ImportError(
             f"parl.envs.pettingzoo needs PettingZoo, which is not installed: {PIP_COMMAND} "
-            "(or pip install 'parl[pettingzoo]')"
+            "(or pip install 'parl-rl[pettingzoo]')"
         ) from exc
     return pettingzoo
 

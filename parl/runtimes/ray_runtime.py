@@ -3,7 +3,7 @@
 Each actor runs the process runtime's worker body and opens two authenticated TCP connections back to
 the learner: one message per prediction round (the arrays inline), and learning on the other. A dead
 actor is counted and replaced like a dead worker process; its episode ledger on its node is read back
-by a Ray task there. Ray is optional (``pip install parl[ray]``) and imported only when a run uses it::
+by a Ray task there. Ray is optional (``pip install 'parl-rl[ray]'``) and imported only when a run uses it::
 
     learner process (driver)                          Ray actor k (agents k, k+P, ...)
     listener  <-- connect x2 (hello, key) ---------  Worker
@@ -61,7 +61,7 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise ImportError("the ray runtime needs Ray: pip install 'parl[ray]'") from exc
+        raise ImportError("the ray runtime needs Ray: pip install 'parl-rl[ray]'") from exc
     return ray
 
 

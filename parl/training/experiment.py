@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from parl.manager import Manager
@@ -60,33 +58,22 @@ class Experiment:
 
 
 EXPERIMENTS: dict[str, str] = {
-    "cartpole_ppo": "examples.cartpole_a2c.experiment:PPO_EXPERIMENT",
-    "cartpole_a2c": "examples.cartpole_a2c.experiment:A2C_EXPERIMENT",
-    "cartpole_dqn": "examples.cartpole_dqn_many.experiment:CARTPOLE_DQN_EXPERIMENT",
-    "acrobot_dqn": "examples.acrobot_dqn.experiment:ACROBOT_DQN_EXPERIMENT",
-    "pendulum_td3": "examples.pendulum_td3.experiment:PENDULUM_TD3_EXPERIMENT",
-    "pendulum_sac": "examples.pendulum_sac.experiment:PENDULUM_SAC_EXPERIMENT",
-    "cartpole_recurrent": "examples.cartpole_recurrent.experiment:RECURRENT_EXPERIMENT",
+    "cartpole_ppo": "parl.examples.cartpole_a2c.experiment:PPO_EXPERIMENT",
+    "cartpole_a2c": "parl.examples.cartpole_a2c.experiment:A2C_EXPERIMENT",
+    "cartpole_dqn": "parl.examples.cartpole_dqn_many.experiment:CARTPOLE_DQN_EXPERIMENT",
+    "acrobot_dqn": "parl.examples.acrobot_dqn.experiment:ACROBOT_DQN_EXPERIMENT",
+    "pendulum_td3": "parl.examples.pendulum_td3.experiment:PENDULUM_TD3_EXPERIMENT",
+    "pendulum_sac": "parl.examples.pendulum_sac.experiment:PENDULUM_SAC_EXPERIMENT",
+    "cartpole_recurrent": "parl.examples.cartpole_recurrent.experiment:RECURRENT_EXPERIMENT",
 }
-"""Experiments known by name (the examples of a source checkout)."""
-
-
-def _source_checkout() -> Path | None:
-    """The root of the source checkout parl runs from, when there is one with its ``examples`` package."""
-    root = Path(__file__).resolve().parents[2]
-    return root if (root / "examples" / "__init__.py").is_file() else None
+"""Experiments known by name (in :mod:`parl.examples`, shipped with the package)."""
 
 
 def resolve_experiment(spec: str) -> Experiment:
     """An experiment from a registered name or from ``"package.module:ATTRIBUTE"``.
 
-    The registered names live in the ``examples`` package of a source checkout; it is importable
-    from any working directory (the checkout is appended to ``sys.path`` when needed).
+    The registered names live in :mod:`parl.examples`, which ships with the package.
     """
-    if spec in EXPERIMENTS:
-        root = _source_checkout()
-        if root is not None and str(root) not in sys.path:
-            sys.path.append(str(root))
     target = EXPERIMENTS.get(spec, spec)
     if ":" not in target:
         raise ValueError(
@@ -96,10 +83,7 @@ def resolve_experiment(spec: str) -> Experiment:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = ""
-        if spec in EXPERIMENTS:
-            hint = " (the named examples come with a source checkout of parl, not with an installed wheel)"
-        raise ValueError(f"experiment {spec!r}: cannot import {module_name!r}: {exc}{hint}") from exc
+        raise ValueError(f"experiment {spec!r}: cannot import {module_name!r}: {exc}") from exc
     experiment = getattr(module, attr, None)
     if not isinstance(experiment, Experiment):
         raise ValueError(f"experiment {spec!r}: {target!r} is not a parl Experiment")

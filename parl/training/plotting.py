@@ -39,7 +39,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ImportError("parl plot needs matplotlib: pip install 'parl[plot]'") from exc
+        raise ImportError("parl plot needs matplotlib: pip install 'parl-rl[plot]'") from exc
     out = out if out is not None else run_dir / "learning_curves.png"
     fig, ax = plt.subplots(figsize=(7, 4))
     for tag, label, points in curves:
