@@ -410,3 +410,28 @@ def test_manager_and_evaluation_run_gym_026_envs_given_raw() -> None:
     built = parl.ComputationTask("RL", PPO(lambda: CartPoleActorCritic(), PPOConfig()))
     returns = parl.evaluate_greedy(built, lambda: Gym26Wrapper(Gym26Env()), episodes=2, seed=0)
     assert list(returns) == [5.0, 5.0]
+
+
+# ------------------------------------------------- gymnasium's env checker
+class OutOfSpaceEnv(gym.Env[np.ndarray, int]):
+    """Declares observations in [0, 1] and returns 5.0: the kind of mistake gymnasium's checker finds."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return np.full(2, 5.0, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.full(2, 5.0, np.float32), 0.0, True, False, {}
+
+
+def test_check_runs_gymnasiums_env_checker_on_the_first_env() -> None:
+    make_env = make_env_factory("CartPole-v1", check=True)
+    assert make_env(0).observation_space.shape == (4,) and make_env(1) is not None
+    with pytest.raises(ValueError, match="agent 0 fails gymnasium's env checker"):
+        make_env_factory(OutOfSpaceEnv, check=True)(0)
+    assert isinstance(make_env_factory(OutOfSpaceEnv)(0), OutOfSpaceEnv)  # unchecked by default
+    adapted = make_env_factory(lambda: OldCounterEnv(length=3), check=True)(0)  # checked as the agent sees it
+    assert isinstance(adapted, OldGymAPIAdapter)

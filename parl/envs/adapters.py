@@ -31,11 +31,13 @@ returns ``(obs, info)`` and a five-value step as the gymnasium API they are.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.utils.env_checker import check_env
 
 __all__ = ["make_env_factory", "OldGymAPIAdapter", "gymnasium_api", "is_old_gym_api", "to_gymnasium_space"]
 
@@ -130,7 +132,7 @@ class OldGymAPIAdapter(gym.Env[Any, Any]):
                 self.env.seed(seed)
             else:
                 raise ValueError(f"the old-API env {self.env!r} cannot be seeded: it has no seed() method")
-        if options is not None:
+        if options:  # (an empty dict asks for nothing)
             if not self._reset_takes_options:
                 raise ValueError(f"the old-API env {self.env!r} takes no reset options, got {options!r}")
             kwargs["options"] = options
@@ -196,7 +198,11 @@ def _adapt(env: Any, old_api: bool | None, source: str) -> gym.Env[Any, Any]:
 
 
 def make_env_factory(
-    env: str | gym.Env[Any, Any] | Callable[[], Any], *, old_api: bool | None = None, **make_kwargs: Any
+    env: str | gym.Env[Any, Any] | Callable[[], Any],
+    *,
+    old_api: bool | None = None,
+    check: bool = False,
+    **make_kwargs: Any,
 ) -> Callable[[int], gym.Env[Any, Any]]:
     """A Manager's ``make_env`` from a gymnasium id, an env object or a no-argument env factory.
 
@@ -206,9 +212,13 @@ def make_env_factory(
     * a factory (a function or an env class): called once per agent.
 
     Old-API envs are wrapped in :class:`OldGymAPIAdapter` (detected by :func:`is_old_gym_api`, or
-    forced with ``old_api``). ``make_kwargs`` are only accepted with an id::
+    forced with ``old_api``). ``check=True`` runs gymnasium's env checker
+    (``gymnasium.utils.env_checker.check_env``) on the first env the factory makes (the env inside
+    gymnasium's wrappers, or the adapter of an old-API env): a mistake it finds raises ``ValueError``
+    there, its warnings are issued as warnings. ``make_kwargs`` are only
+    accepted with an id::
 
-        manager = parl.Manager([task], parl.GymAgent, make_env_factory("CartPole-v1"), config)
+        manager = parl.Manager([task], parl.GymAgent, make_env_factory("CartPole-v1", check=True), config)
     """
     if make_kwargs and not isinstance(env, str):
         raise TypeError(
@@ -221,7 +231,7 @@ def make_env_factory(
         def make_by_id(agent_id: int) -> gym.Env[Any, Any]:
             return _adapt(gym.make(env_id, **make_kwargs), old_api, f"gymnasium.make({env_id!r})")
 
-        return make_by_id
+        return _checked_first(make_by_id) if check else make_by_id
     if _is_env_object(env):
         adapted = _adapt(env, old_api, "the env object")
         owner: list[int] = []
@@ -237,15 +247,34 @@ def make_env_factory(
                 )
             return adapted
 
-        return the_one_env
+        return _checked_first(the_one_env) if check else the_one_env
     if callable(env):
         factory = env
 
         def make_by_factory(agent_id: int) -> gym.Env[Any, Any]:
             return _adapt(factory(), old_api, f"the env factory {factory!r}")
 
-        return make_by_factory
+        return _checked_first(make_by_factory) if check else make_by_factory
     raise TypeError(
         "make_env_factory accepts a gymnasium env id (str), an env object (with reset() and step()) or a "
         f"no-argument env factory, got {type(env).__name__}: {env!r}"
     )
+
+
+def _checked_first(make_env: Callable[[int], gym.Env[Any, Any]]) -> Callable[[int], gym.Env[Any, Any]]:
+    """``make_env`` whose first env passes gymnasium's env checker before an agent gets it."""
+    checked: list[bool] = []
+    lock = threading.Lock()  # agents build their envs from several threads at once
+
+    def make_checked(agent_id: int) -> gym.Env[Any, Any]:
+        env = make_env(agent_id)
+        with lock:
+            if not checked:
+                try:
+                    check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)
+                except AssertionError as exc:
+                    raise ValueError(f"the env of agent {agent_id} fails gymnasium's env checker: {exc}") from exc
+                checked.append(True)
+        return env
+
+    return make_checked
