@@ -36,7 +36,8 @@ setup(
             # tests/test_tensorboard.py reads parl's event files with the real readers.
             "tensorboard>=2.14",
             "tbparse>=0.0.8",
-            # tests/test_wheel.py builds the wheel without build isolation.
+            # tests/test_wheel.py builds the wheel without build isolation (Python 3.12's venv has no setuptools).
+            "setuptools>=64",
             "wheel>=0.40",
         ],
         "plot": ["matplotlib>=3.7"],
