@@ -83,9 +83,24 @@ def test_render_line_never_exceeds_width() -> None:
     assert all(len(piece.split(" ")) == 2 for piece in wide.split("  ")[5:])
 
 
-def test_disabled_when_not_a_tty() -> None:
+def test_plain_lines_when_not_a_tty() -> None:
+    stream, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(100, stream=stream, clock=clock, line_interval_s=30.0)
+    assert bar.enabled
+    for t, steps in ((0, 10), (10, 20), (35, 40), (50, 50), (70, 80)):
+        clock.now = 1000.0 + t
+        bar.update(steps, recent_return=1.0)
+    bar.close()
+    text = stream.getvalue()
+    assert "\r" not in text and text.endswith("\n")
+    lines = text.splitlines()
+    assert len(lines) == 4  # at 0, 35 and 70 s, and the final line
+    assert [line.split("  ")[2].split("/")[0] for line in lines] == ["10", "40", "80", "80"]
+
+
+def test_silent_when_disabled() -> None:
     stream = io.StringIO()
-    bar = ProgressBar(100, stream=stream, min_interval_s=0.0)
+    bar = ProgressBar(100, stream=stream, enabled=False, min_interval_s=0.0)
     assert not bar.enabled
     bar.update(10, recent_return=1.0)
     bar.close()

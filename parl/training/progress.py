@@ -1,7 +1,9 @@
 """A one-line terminal progress bar for training runs: steps, steps/s, recent return and ETA.
 
-It redraws the same line (carriage return, no newline) at most every ``min_interval_s`` and is on only
-when the stream is a terminal, unless ``enabled`` says otherwise, so logs and CI output stay clean::
+On a terminal it redraws the same line (carriage return, no newline) at most every ``min_interval_s``;
+elsewhere (a log file, CI, ``nohup``) it writes the same figures as a plain line every
+``line_interval_s``, so a run without a terminal still shows that it advances; ``enabled=False``
+silences it, ``True`` forces the bar::
 
     with ProgressBar(total_steps=50_000) as bar:
         for steps, mean_return in training_loop():
@@ -96,8 +98,8 @@ def _join_fitting(text: str, items: list[str], width: int) -> str:
 class ProgressBar:
     """Redraws one line on ``stream`` (default ``sys.stderr``) as a run advances.
 
-    ``enabled=None`` turns it on only when ``stream.isatty()``. A failing stream (closed, broken pipe)
-    disables the bar with a logged warning instead of stopping the run::
+    ``enabled=None`` draws the bar when ``stream.isatty()``, else a plain line every ``line_interval_s``.
+    A failing stream (closed, broken pipe) disables it with a logged warning instead of stopping the run::
 
         bar = ProgressBar(total_steps=100_000)
         bar.update(steps, recent_return=mean_return)   # cheap; redraws at most every min_interval_s
@@ -112,6 +114,7 @@ class ProgressBar:
         min_interval_s: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
         initial_steps: int = 0,
+        line_interval_s: float = 30.0,
     ) -> None:
         if total_steps is not None and total_steps < 1:
             raise ValueError(f"total_steps must be >= 1 or None (unknown), got {total_steps}")
@@ -119,7 +122,11 @@ class ProgressBar:
             raise ValueError(f"min_interval_s must be >= 0, got {min_interval_s}")
         self._stream = sys.stderr if stream is None else stream
         is_tty = _isatty(self._stream)
-        self._enabled = is_tty if enabled is None else bool(enabled)
+        self._enabled = enabled is not False
+        # Not a terminal and not forced: plain lines (newline-ended) every line_interval_s instead of redraws.
+        self._plain = enabled is None and not is_tty
+        if self._plain:
+            min_interval_s = line_interval_s
         self._width = min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH + 1, 24)).columns - 1) if is_tty else MAX_WIDTH
         self._total = total_steps
         self._min_interval_s = min_interval_s
@@ -181,8 +188,9 @@ class ProgressBar:
         line = render_line(self._steps, self._total, self._rate, self._recent_return, self._extra, self._width)
         padded = line.ljust(min(self._last_len, self._width))  # blank out the rest of a longer previous line
         self._last_len = len(line)
+        text = line + "\n" if self._plain else "\r" + padded + end
         try:
-            self._stream.write("\r" + padded + end)
+            self._stream.write(text)
             self._stream.flush()
         except (OSError, ValueError) as exc:
             self._enabled = False

@@ -76,7 +76,7 @@ class TrainConfig:
     log_every_s: Annotated[float, Gt(0)] = 2.0
     """Seconds between rows of training scalars."""
     progress: bool | None = None
-    """Show a progress bar (None: only when stderr is a terminal)."""
+    """Show progress on stderr (None: a bar on a terminal, else a plain line every 30 s; False: none)."""
     tensorboard: bool = True
     """Write TensorBoard event files next to metrics.csv."""
     per_agent_limit: Annotated[int, Ge(0)] = 64
