@@ -119,7 +119,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         f" (segment {c.segments}); best eval {summary.best_eval:.1f}; solved: {summary.solved}"
     )
     print(f"run directory: {summary.run_dir}  last checkpoint: {summary.last_checkpoint}")
-    if summary.stopped_by is not None:
+    if summary.stopped_by is not None and summary.stopped_by in signal.Signals.__members__:
         print(f"stopped by {summary.stopped_by}; continue with: parl train {summary.run_dir} --resume")
         return 128 + int(signal.Signals[summary.stopped_by])
     return 0

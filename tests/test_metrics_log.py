@@ -18,12 +18,16 @@ def test_groups_constant() -> None:
     assert set(GROUPS) == {"train", "eval", "losses", "time", "faults", "agents"}
 
 
-@pytest.mark.parametrize(
-    "name", ["episode_return", "training/return", "train/", "/return", "Train/return", "", "loss/q", 3]
-)
+def test_a_users_own_groups_are_logged(tmp_path: Path) -> None:
+    with MetricLogger(tmp_path) as metrics:
+        metrics.log(3, {"custom/lr": 0.1, "rollout/reward_scale": 2.0})
+    assert read_metrics_csv(tmp_path / "metrics.csv") == {"custom/lr": [(3, 0.1)], "rollout/reward_scale": [(3, 2.0)]}
+
+
+@pytest.mark.parametrize("name", ["episode_return", "train/", "/return", "", "my metric/x", "train/a b", 3])
 def test_ungrouped_names_raise_and_write_nothing(tmp_path: Path, name: object) -> None:
     with MetricLogger(tmp_path) as metrics:
-        with pytest.raises(ValueError, match="group one of train, eval, losses, time, faults, agents|strings like"):
+        with pytest.raises(ValueError, match="must be '<group>/<name>' without spaces|strings like"):
             metrics.log(1, {"train/ok": 1.0, name: 2.0})  # type: ignore[dict-item]
         metrics.log(2, {f"{group}/x": 0.0 for group in GROUPS})
     # the bad call wrote nothing, not even its valid name

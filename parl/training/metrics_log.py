@@ -1,8 +1,9 @@
 """Log grouped scalar metrics to a TensorBoard event file and a long-format CSV file in a run directory.
 
-Every name is ``<group>/<name>`` with the group one of :data:`GROUPS`, so dashboards read the same across
-examples. The CSV (``step,wall_time,tag,value``) is appended to when a run resumes in the same directory;
-each (re)start opens a new event file next to the previous ones::
+Every name is ``<group>/<name>``: parl writes the groups of :data:`GROUPS`, so dashboards read the same
+across examples; a user's own metrics (a Trainer callback's) take any group of their own. The CSV
+(``step,wall_time,tag,value``) is appended to when a run resumes in the same directory; each (re)start
+opens a new event file next to the previous ones::
 
     with MetricLogger("runs/cartpole_ppo") as metrics:
         for step in range(0, 50_000, 1_000):
@@ -35,7 +36,7 @@ __all__ = ["CSV_HEADER", "CSV_NAME", "GROUPS", "MetricLogger", "last_values", "r
 logger = logging.getLogger(__name__)
 
 GROUPS: tuple[str, ...] = ("train", "eval", "losses", "time", "faults", "agents")
-"""The allowed first components of a metric name."""
+"""The groups of the metrics parl writes itself."""
 CSV_NAME = "metrics.csv"
 CSV_HEADER: tuple[str, ...] = ("step", "wall_time", "tag", "value")
 
@@ -44,10 +45,10 @@ def _check_name(name: object) -> str:
     if not isinstance(name, str):
         raise ValueError(f"metric names must be strings like 'train/episode_return', got {name!r}")
     group, sep, rest = name.partition("/")
-    if not sep or group not in GROUPS or not rest:
+    if not sep or not group or not rest or rest.endswith("/") or any(ch.isspace() for ch in name):
         raise ValueError(
-            f"metric name {name!r} must be '<group>/<name>' with group one of {', '.join(GROUPS)} "
-            "(e.g. 'train/episode_return', 'losses/value')"
+            f"metric name {name!r} must be '<group>/<name>' without spaces (e.g. 'train/episode_return', "
+            f"'losses/value', 'custom/my_metric'); parl's own groups are {', '.join(GROUPS)}"
         )
     return name
 

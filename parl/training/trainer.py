@@ -28,7 +28,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,6 +38,7 @@ from annotated_types import Ge, Gt
 
 from parl.manager import Manager, RunReport
 from parl.runtimes.control import RunControl
+from parl.training.callbacks import TrainerCallback
 from parl.training.checkpoint import CheckpointError, RunCheckpointer, RunCounters
 from parl.training.metrics_log import MetricLogger
 from parl.training.overrides import save_config
@@ -98,7 +99,8 @@ class TrainSummary:
     last_checkpoint: Path | None
     history: list[tuple[int, float]] = field(default_factory=list)
     stopped_by: str | None = None
-    """The signal that stopped the run (``"SIGTERM"``, ``"SIGINT"``; see ``stop_on_signals``), else None."""
+    """What stopped the run before its budget: a signal (``"SIGTERM"``, ``"SIGINT"``; see ``stop_on_signals``)
+    or a callback that returned False (``"callback StopOnPlateau"``); else None."""
 
 
 class Trainer:
@@ -112,10 +114,12 @@ class Trainer:
         eval_task: str | None = None,
         full_config: Any = None,
         stop_on_signals: bool = False,
+        callbacks: Sequence[TrainerCallback] = (),
     ) -> None:
         """``stop_on_signals``: a SIGTERM or SIGINT (Ctrl-C) during :meth:`run` stops the run the way a
         budget does (agents and workers stopped, final checkpoint written) instead of killing it; a second
-        one acts as usual. Needs :meth:`run` to be called from the main thread (``parl train`` sets it)."""
+        one acts as usual. Needs :meth:`run` to be called from the main thread (``parl train`` sets it).
+        ``callbacks``: :class:`~parl.training.callbacks.TrainerCallback` objects called at the run's points."""
         if config.eval_every and make_eval_env is None:
             raise ValueError("TrainConfig.eval_every > 0 needs make_eval_env (or set eval_every=0)")
         self.manager = manager
@@ -141,6 +145,7 @@ class Trainer:
         self._progress: ProgressBar | None = None
         self.last_checkpoint: Path | None = None
         self.stop_on_signals = stop_on_signals
+        self.callbacks = list(callbacks)
         self._stop_signal: str | None = None
         self._previous_handlers: dict[int, Any] = {}
 
@@ -184,6 +189,8 @@ class Trainer:
         if self.stop_on_signals:
             self._catch_signals()
         try:
+            for callback in self.callbacks:
+                callback.on_training_start(self)
             report = self.manager.run(stop_when=self._tick)
             control = self.manager.control
             assert control is not None
@@ -192,7 +199,7 @@ class Trainer:
             if c.eval_every and not self._solved and not evaluated and self._stop_signal is None:
                 self._evaluate(control.env_steps)  # the final policy is always scored (not when told to stop)
             self._log(control, final=True)
-            self.last_checkpoint = self.checkpointer.save(self.manager, self.counters, self.full_config)
+            self._checkpoint()
         finally:
             self._release_signals()
             self._progress.close()
@@ -202,7 +209,7 @@ class Trainer:
                 "stopped by %s at %d env steps; checkpoint %s", self._stop_signal, self.counters.env_steps,
                 self.last_checkpoint,
             )  # fmt: skip
-        return TrainSummary(
+        summary = TrainSummary(
             self.run_dir,
             self.counters,
             report,
@@ -212,6 +219,22 @@ class Trainer:
             list(self.counters.evaluations),
             self._stop_signal,
         )
+        for callback in self.callbacks:
+            callback.on_training_end(self, summary)
+        return summary
+
+    def _checkpoint(self) -> None:
+        self.last_checkpoint = self.checkpointer.save(self.manager, self.counters, self.full_config)
+        for callback in self.callbacks:
+            callback.on_checkpoint(self, self.last_checkpoint)
+
+    def _stop_if(self, answers: list[bool | None], callbacks: list[TrainerCallback]) -> bool:
+        """Stop the run when a callback answered False; it is named in ``TrainSummary.stopped_by``."""
+        for answer, callback in zip(answers, callbacks):
+            if answer is False:
+                self._stop_signal = self._stop_signal or f"callback {type(callback).__name__}"
+                return True
+        return False
 
     # ------------------------------------------------------------------ signals
     def _catch_signals(self) -> None:
@@ -235,17 +258,20 @@ class Trainer:
             return True
         now = time.monotonic()
         steps = control.env_steps
-        if now - self._last_log >= self.config.log_every_s:
-            self._log(control)
+        if now - self._last_log >= self.config.log_every_s and self._log(control):
+            return True
         assert self._progress is not None
         self._progress.update(steps, None if math.isnan(self._recent_return) else self._recent_return)
         if steps >= self._next_ckpt:
             self._next_ckpt = (steps // self.config.checkpoint_every + 1) * self.config.checkpoint_every
             self._update_counters(control)
-            self.last_checkpoint = self.checkpointer.save(self.manager, self.counters, self.full_config)
+            self._checkpoint()
         if steps >= self._next_eval:
             self._next_eval = (steps // self.config.eval_every + 1) * self.config.eval_every
             if self._evaluate(steps):
+                return True
+            score = self.counters.evaluations[-1][1]
+            if self._stop_if([cb.on_evaluation(self, steps, score) for cb in self.callbacks], self.callbacks):
                 return True
         return False
 
@@ -341,13 +367,17 @@ class Trainer:
             out[f"faults/{key}"] = float(value)
         return out
 
-    def _log(self, control: RunControl, final: bool = False) -> None:
+    def _log(self, control: RunControl, final: bool = False) -> bool:
+        """Write one log row (the callbacks' ``on_log`` may add to it); True when a callback asks to stop."""
         assert self._metrics is not None
         now = time.monotonic()
         self._update_counters(control)
         steps = control.env_steps
         row = self.scalars(control, now - self._last_log, steps - self._last_log_steps)
+        answers = [callback.on_log(self, steps, row) for callback in self.callbacks]
         self._metrics.log(steps, row)
         self._last_log, self._last_log_steps = now, steps
         if final:
             self._metrics.flush()
+            return False
+        return self._stop_if(answers, self.callbacks)
