@@ -12,9 +12,9 @@ $(STAMP): setup.py pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,plot]"
 	touch $(STAMP)
 
-# The tests also cover the Ray runtime and PettingZoo envs, so they install those optional extras.
+# The tests also cover the Ray runtime, PettingZoo envs and the built docs site, so they install those extras.
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[test,plot,ray,pettingzoo]"
+	$(PY) -m pip install --quiet -e ".[test,plot,ray,pettingzoo,docs]"
 	touch $(TEST_STAMP)
 
 demo: $(STAMP)
@@ -63,7 +63,7 @@ $(DOCS_STAMP): $(STAMP)
 
 .PHONY: docs
 docs: $(DOCS_STAMP)
-	$(PY) -m mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) build site *.egg-info

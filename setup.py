@@ -46,7 +46,7 @@ setup(
         # Multi-agent envs through PettingZoo's parallel API (parl.envs.pettingzoo).
         "pettingzoo": ["pettingzoo>=1.24"],
         # The documentation site (mkdocs with an API reference from docstrings).
-        "docs": ["mkdocs>=1.5", "mkdocstrings[python]>=0.24"],
+        "docs": ["mkdocs>=1.5", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.24"],
         # Peers for the learning benchmark only; the CPU torch 2.13.0 wheel is installed first
         # (`pip install torch==2.13.0`) so that stable-baselines3 does not pull a CUDA build.
         "bench": ["stable-baselines3>=2.3", "matplotlib>=3.7"],
