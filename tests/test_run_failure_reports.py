@@ -26,6 +26,9 @@ from tests.test_agent_group_fakes import (
 IN_PROCESS = ["coroutines", "threads"]
 
 
+_AGENT1_PREDICTED = threading.Event()
+
+
 class _LateFailure(ActAgent):
     """Agent 1 raises once agent 0 has finished the run's only budgeted episode (the stop is set)."""
 
@@ -35,10 +38,16 @@ class _LateFailure(ActAgent):
         manager = type(self).manager
         assert manager is not None and manager.control is not None
         control = manager.control
+        threads = manager.config.runtime == "threads"
         if self.agent_id != 1:
+            if threads:
+                # Agent 0 ends the run's one episode only once agent 1 has its first prediction: else the
+                # stop could reach agent 1 while it waits for that prediction, before its code runs.
+                assert _AGENT1_PREDICTED.wait(10.0)
             return
-        if manager.config.runtime == "threads" and obs[1] == 0:
+        if threads and obs[1] == 0:
             # In its own code (not waiting for a prediction, where the stop would reach it first).
+            _AGENT1_PREDICTED.set()
             assert wait_until(lambda: control.stop_requested, 10.0)
             raise ValueError("agent 1's code is broken")
         if manager.config.runtime == "coroutines" and obs[1] == 1:
@@ -56,6 +65,7 @@ def test_a_failure_after_the_stop_was_requested_still_fails_the_run(runtime: str
         parl.ManagerConfig(num_agents=2, runtime=runtime, max_episodes=1, max_seconds=30, restart_failed_agents=True),
     )
     _LateFailure.manager = manager
+    _AGENT1_PREDICTED.clear()
     with pytest.raises(parl.AgentError, match="agent 1's code is broken") as info:
         manager.run()
     assert info.value.agent_id == 1
