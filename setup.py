@@ -25,6 +25,8 @@ setup(
         "safetensors>=0.4",
         # Config fields declare their bounds with it (parl.utils.config_check); typed-CLI tools read the same.
         "annotated-types>=0.6",
+        # TensorBoard event files: its protocol buffers and checksum (parl.training.tensorboard).
+        "tensorboardX>=2.6",
     ],
     extras_require={
         "test": [

@@ -1,4 +1,4 @@
-"""The TensorBoard event-file writer and reader: CRC-32C, framing, protobuf encoding, corruption."""
+"""The TensorBoard event-file writer and reader: CRC-32C, framing, scalars and histograms, corruption."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tensorboardX.proto.event_pb2 import Event
+from tensorboardX.proto.summary_pb2 import Summary
 
 from parl.training import tensorboard as tb
 from parl.training.tensorboard import EventFileWriter, ScalarEvent, crc32c, event_files, masked_crc32c, read_events
@@ -27,7 +29,6 @@ CRC_VECTORS = [
 
 @pytest.mark.parametrize(("data", "expected"), CRC_VECTORS)
 def test_crc32c_known_vectors(data: bytes, expected: int) -> None:
-    assert tb._crc32c_python(data) == expected
     assert crc32c(data) == expected
 
 
@@ -38,23 +39,24 @@ def test_masked_crc32c_matches_the_tfrecord_formula() -> None:
     assert masked_crc32c(b"") == 0xA282EAD8
 
 
-def test_varint_encoding() -> None:
-    assert tb._varint(0) == b"\x00"
-    assert tb._varint(1) == b"\x01"
-    assert tb._varint(300) == b"\xac\x02"
-    assert tb._varint(-1) == b"\xff" * 9 + b"\x01"
-    for value in (0, 1, 127, 128, 300, 2**31, 2**63 - 1, -1):
-        decoded, end = tb._read_varint(tb._varint(value), 0)
-        assert decoded == value & 0xFFFFFFFFFFFFFFFF
-        assert end == len(tb._varint(value))
-
-
-def test_scalar_event_bytes_by_hand() -> None:
-    data = tb._encode_event(1.5, 7, summary=tb._encode_scalar_summary("a/b", 0.5))
+def test_a_scalar_event_is_the_protobuf_tensorboard_reads() -> None:
+    event = Event(wall_time=1.5, step=7)
+    event.summary.value.append(Summary.Value(tag="a/b", simple_value=0.5))
+    data = event.SerializeToString()
     value = b"\x0a\x03a/b" + b"\x15" + struct.pack("<f", 0.5)
     summary = b"\x0a" + bytes([len(value)]) + value
-    expected = b"\x09" + struct.pack("<d", 1.5) + b"\x10\x07" + b"\x2a" + bytes([len(summary)]) + summary
-    assert data == expected
+    assert data == b"\x09" + struct.pack("<d", 1.5) + b"\x10\x07" + b"\x2a" + bytes([len(summary)]) + summary
+
+
+def test_histograms_are_written_and_scalar_reading_skips_them(tmp_path: Path) -> None:
+    with EventFileWriter(tmp_path) as writer:
+        writer.add_histogram("params/w", np.arange(100, dtype=np.float32), step=5, bins=10)
+        writer.add_scalar("train/x", 1.0, step=5)
+    events = [Event.FromString(data) for _, data in tb._records(writer.path)]
+    histo = events[1].summary.value[0]
+    assert histo.tag == "params/w" and histo.histo.num == 100 and histo.histo.max == 99.0
+    assert sum(histo.histo.bucket) == 100
+    assert read_events(writer.path) == [ScalarEvent(events[2].wall_time, 5, "train/x", 1.0)]
 
 
 def test_round_trip_several_tags_and_steps(tmp_path: Path) -> None:
@@ -78,8 +80,7 @@ def test_first_record_is_the_file_version(tmp_path: Path) -> None:
     writer.close()
     records = list(tb._records(writer.path))
     assert len(records) == 1
-    fields = {field: value for field, _, value in tb._fields(records[0][1])}
-    assert fields[3] == b"brain.Event:2"
+    assert Event.FromString(records[0][1]).file_version == "brain.Event:2"
     assert read_events(writer.path) == []
 
 
@@ -170,10 +171,11 @@ def test_valid_crc_but_garbage_event_raises(tmp_path: Path) -> None:
 
 
 def test_other_summary_values_are_skipped(tmp_path: Path) -> None:
-    image_value = tb._len_field(1, b"train/img") + tb._len_field(4, b"\x08\x01")  # Value.image, not a scalar
-    summary = tb._len_field(1, image_value) + tb._encode_scalar_summary("train/x", 2.0)
+    event = Event(wall_time=3.0, step=4)
+    event.summary.value.append(Summary.Value(tag="train/img", image=Summary.Image(height=1)))  # not a scalar
+    event.summary.value.append(Summary.Value(tag="train/x", simple_value=2.0))
     path = tmp_path / "events.out.tfevents.0.host"
-    path.write_bytes(tb._frame(tb._encode_event(3.0, 4, summary=summary)))
+    path.write_bytes(tb._frame(event.SerializeToString()))
     assert read_events(path) == [ScalarEvent(3.0, 4, "train/x", 2.0)]
 
 

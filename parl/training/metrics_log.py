@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 
 from parl.training.tensorboard import EventFileWriter
 
@@ -110,7 +110,7 @@ class MetricLogger:
     def log(self, step: int, scalars: Mapping[str, float], wall_time: float | None = None) -> None:
         """Write every ``scalars`` item at ``step``; nan and inf are written as they are.
 
-        Raises ``ValueError`` (and writes nothing) when a name is not ``<group>/<name>`` with a known group.
+        Raises ``ValueError`` (and writes nothing) when a name is not ``<group>/<name>``.
         """
         step = operator.index(step)
         rows = [(_check_name(name), float(value)) for name, value in scalars.items()]
@@ -131,6 +131,17 @@ class MetricLogger:
                 if self._csv_writer is not None:
                     self._csv_writer.writerow((step, wall_time, tag, value))
             self._dirty = self._dirty or bool(rows)
+
+    def histogram(self, step: int, tag: str, values: Any, wall_time: float | None = None) -> None:
+        """Write the histogram of ``values`` (any array) at ``step`` to the TensorBoard file (the CSV holds
+        scalars only; without TensorBoard output this does nothing)."""
+        _check_name(tag)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"log on closed MetricLogger ({self._run_dir})")
+            if self._events is not None:
+                self._events.add_histogram(tag, values, operator.index(step), wall_time=wall_time)
+                self._dirty = True
 
     def flush(self) -> None:
         """Push everything logged so far to the files."""

@@ -1,33 +1,42 @@
-"""A dependency-free TensorBoard event-file writer and reader for scalar summaries.
+"""TensorBoard event files: written and read with tensorboardX's protocol buffers and checksum.
 
 The file is a sequence of TFRecords (``uint64`` length, masked CRC-32C of the length, the data, masked
-CRC-32C of the data), each holding one hand-encoded ``Event`` protocol buffer. The first record names
-the format (``file_version: "brain.Event:2"``); every scalar is one ``Event`` with one ``Summary.Value``::
+CRC-32C of the data), each holding one ``Event`` (``tensorboardX.proto.event_pb2``). The first record
+names the format (``file_version: "brain.Event:2"``); every scalar or histogram is one ``Event`` with one
+``Summary.Value``. Records are framed here, so a write is in the file once :meth:`EventFileWriter.flush`
+returns and a file is never shared between writers::
 
     with EventFileWriter("runs/ppo") as writer:
         for step in range(0, 10_000, 1_000):
             writer.add_scalar("train/episode_return", 20.0 + step / 100, step)
+        writer.add_histogram("params/fc1.w", weights, step=10_000)
     for event in read_events(writer.path):
-        print(event.step, event.tag, event.value)      # value has float32 precision
+        print(event.step, event.tag, event.value)      # scalars; value has float32 precision
 
-``tensorboard --logdir runs`` shows the file; ``read_events`` checks every CRC and tolerates a truncated
-last record (as left by a crash), with a logged warning.
+``tensorboard --logdir runs`` shows the files; ``read_events`` checks every CRC and tolerates a
+truncated last record (as left by a crash), with a logged warning.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import math
 import os
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from tensorboardX import crc32c as _crc
+from tensorboardX.proto.event_pb2 import Event
+from tensorboardX.proto.summary_pb2 import Summary
+from tensorboardX.summary import histogram as _histogram_summary
 
 __all__ = ["EventFileWriter", "ScalarEvent", "crc32c", "event_files", "masked_crc32c", "read_events"]
 
@@ -38,54 +47,11 @@ _HEADER_BYTES = 12  # uint64 length + uint32 masked crc of the length
 _FOOTER_BYTES = 4  # uint32 masked crc of the data
 _MASK_DELTA = 0xA282EAD8
 _U32 = 0xFFFFFFFF
-_U64 = 0xFFFFFFFFFFFFFFFF
-
-# protobuf wire types
-_VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
-
-
-def _make_crc32c_table() -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return tuple(table)
-
-
-_CRC32C_TABLE = _make_crc32c_table()
-
-
-def _crc32c_python(data: bytes) -> int:
-    """CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) in pure Python."""
-    crc = _U32
-    table = _CRC32C_TABLE
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ _U32
-
-
-@functools.lru_cache(maxsize=1)
-def _crc32c_impl() -> Callable[[bytes], int]:
-    """The fastest importable implementation: ``google_crc32c``, ``crc32c``, else pure Python."""
-    try:
-        import google_crc32c
-
-        return lambda data: int(google_crc32c.value(data))
-    except ImportError:
-        pass
-    try:
-        import crc32c as crc32c_package
-
-        return lambda data: int(crc32c_package.crc32c(data))
-    except ImportError:
-        return _crc32c_python
 
 
 def crc32c(data: bytes) -> int:
     """CRC-32C of ``data``, e.g. ``crc32c(b"123456789") == 0xE3069283``."""
-    return _crc32c_impl()(bytes(data))
+    return int(_crc.crc32c(bytes(data)))
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -106,131 +72,20 @@ class ScalarEvent:
     """Stored as float32 in the file."""
 
 
-# ---------------------------------------------------------------- protobuf encoding
-
-
-def _varint(value: int) -> bytes:
-    """Base-128 varint; negative int64 values take ten bytes (two's complement), as protobuf does."""
-    if value < 0:
-        value &= _U64
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
-def _key(field: int, wire_type: int) -> bytes:
-    return _varint((field << 3) | wire_type)
-
-
-def _len_field(field: int, payload: bytes) -> bytes:
-    return _key(field, _LEN) + _varint(len(payload)) + payload
-
-
-def _float32(value: float) -> bytes:
-    """``value`` as a little-endian float32; finite values beyond the float32 range become +-inf."""
-    try:
-        return struct.pack("<f", value)
-    except OverflowError:
-        return struct.pack("<f", math.copysign(math.inf, value))
-
-
-def _encode_event(wall_time: float, step: int, file_version: str | None = None, summary: bytes | None = None) -> bytes:
-    """Event { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }."""
-    out = _key(1, _FIXED64) + struct.pack("<d", wall_time) + _key(2, _VARINT) + _varint(step)
-    if file_version is not None:
-        out += _len_field(3, file_version.encode("utf-8"))
-    if summary is not None:
-        out += _len_field(5, summary)
-    return out
-
-
-def _encode_scalar_summary(tag: str, value: float) -> bytes:
-    """Summary { repeated Value value = 1; } holding Value { string tag = 1; float simple_value = 2; }."""
-    summary_value = _len_field(1, tag.encode("utf-8")) + _key(2, _FIXED32) + _float32(value)
-    return _len_field(1, summary_value)
-
-
 def _frame(data: bytes) -> bytes:
     """One TFRecord: length, masked crc of the length, data, masked crc of the data."""
     length = struct.pack("<Q", len(data))
     return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
 
 
-# ---------------------------------------------------------------- protobuf decoding
-
-
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise ValueError("varint longer than 10 bytes")
-
-
-def _fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
-    """(field number, wire type, value) of every field; varints as int, the other wire types as bytes."""
-    pos = 0
-    sizes = {_FIXED64: 8, _FIXED32: 4}
-    while pos < len(buf):
-        key, pos = _read_varint(buf, pos)
-        field, wire_type = key >> 3, key & 7
-        if wire_type == _VARINT:
-            number, pos = _read_varint(buf, pos)
-            yield field, wire_type, number
-            continue
-        if wire_type == _LEN:
-            size, pos = _read_varint(buf, pos)
-        elif wire_type in sizes:
-            size = sizes[wire_type]
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire_type} (field {field})")
-        if pos + size > len(buf):
-            raise ValueError(f"field {field} runs past the end of the message")
-        yield field, wire_type, buf[pos : pos + size]
-        pos += size
-
-
-def _decode_summary_value(buf: bytes) -> tuple[str, float | None]:
-    """(tag, simple_value or None when the value is not a simple scalar)."""
-    tag, value = "", None
-    for field, wire_type, payload in _fields(buf):
-        if field == 1 and wire_type == _LEN and isinstance(payload, bytes):
-            tag = payload.decode("utf-8")
-        elif field == 2 and wire_type == _FIXED32 and isinstance(payload, bytes):
-            value = struct.unpack("<f", payload)[0]
-    return tag, value
-
-
-def _decode_scalars(data: bytes) -> list[ScalarEvent]:
-    wall_time, step, summaries = 0.0, 0, []
-    for field, wire_type, payload in _fields(data):
-        if field == 1 and wire_type == _FIXED64 and isinstance(payload, bytes):
-            wall_time = struct.unpack("<d", payload)[0]
-        elif field == 2 and wire_type == _VARINT and isinstance(payload, int):
-            step = payload - (1 << 64) if payload >= 1 << 63 else payload
-        elif field == 5 and wire_type == _LEN and isinstance(payload, bytes):
-            summaries.append(payload)
-    events = []
-    for summary in summaries:
-        for field, wire_type, payload in _fields(summary):
-            if field == 1 and wire_type == _LEN and isinstance(payload, bytes):
-                tag, value = _decode_summary_value(payload)
-                if value is not None:
-                    events.append(ScalarEvent(wall_time, step, tag, value))
-    return events
+def _scalars(data: bytes) -> list[ScalarEvent]:
+    """The simple scalar values of one serialized ``Event`` (histograms and the like contribute nothing)."""
+    event = Event.FromString(data)
+    return [
+        ScalarEvent(event.wall_time, event.step, value.tag, value.simple_value)
+        for value in event.summary.value
+        if value.WhichOneof("value") == "simple_value"
+    ]
 
 
 # ---------------------------------------------------------------- files
@@ -275,8 +130,8 @@ def read_events(path: str | os.PathLike[str]) -> list[ScalarEvent]:
     events: list[ScalarEvent] = []
     for index, data in _records(path):
         try:
-            events.extend(_decode_scalars(data))
-        except (ValueError, UnicodeDecodeError, struct.error) as exc:
+            events.extend(_scalars(data))
+        except (DecodeError, ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"{path}: record {index} is not a valid Event: {exc}") from exc
     return events
 
@@ -314,7 +169,7 @@ class EventFileWriter:
             raise FileExistsError(f"no free event-file name like {base}{filename_suffix} in {directory}")
         self._path = directory / name
         self._closed = False
-        self._file.write(_frame(_encode_event(time.time(), 0, file_version=FILE_VERSION)))
+        self._file.write(_frame(Event(wall_time=time.time(), step=0, file_version=FILE_VERSION).SerializeToString()))
         self._file.flush()
 
     @property
@@ -324,15 +179,21 @@ class EventFileWriter:
 
     def add_scalar(self, tag: str, value: float, step: int, wall_time: float | None = None) -> None:
         """Append one scalar; ``value`` is stored as float32 (nan and inf included)."""
+        self._add(tag, Summary.Value(tag=tag, simple_value=float(value)), step, wall_time)
+
+    def add_histogram(self, tag: str, values: Any, step: int, bins: int = 30, wall_time: float | None = None) -> None:
+        """Append the histogram of ``values`` (any array; ``bins`` equal-width buckets), as TensorBoard's
+        Histograms tab shows it."""
+        array = np.asarray(values, dtype=np.float64).ravel()
+        summary = _histogram_summary(tag, array, bins)
+        self._add(tag, summary.value[0], step, wall_time)
+
+    def _add(self, tag: str, value: Summary.Value, step: int, wall_time: float | None) -> None:
         if not isinstance(tag, str) or not tag:
             raise ValueError(f"tag must be a non-empty string, got {tag!r}")
-        record = _frame(
-            _encode_event(
-                time.time() if wall_time is None else float(wall_time),
-                int(step),
-                summary=_encode_scalar_summary(tag, float(value)),
-            )
-        )
+        event = Event(wall_time=time.time() if wall_time is None else float(wall_time), step=int(step))
+        event.summary.value.append(value)
+        record = _frame(event.SerializeToString())
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"add_scalar on closed EventFileWriter ({self._path})")

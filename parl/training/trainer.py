@@ -80,6 +80,8 @@ class TrainConfig:
     """Show progress on stderr (None: a bar on a terminal, else a plain line every 30 s; False: none)."""
     tensorboard: bool = True
     """Write TensorBoard event files next to metrics.csv."""
+    histograms: bool = False
+    """Also write histograms of every task's parameters at each log row (TensorBoard only)."""
     per_agent_limit: Annotated[int, Ge(0)] = 64
     """Log ``agents/<id>/return`` only for runs with at most this many agents."""
 
@@ -367,6 +369,16 @@ class Trainer:
             out[f"faults/{key}"] = float(value)
         return out
 
+    def _log_histograms(self, steps: int) -> None:
+        """``params/<task>/<parameter>`` histograms, read under each model's learn lock (no half update)."""
+        assert self._metrics is not None
+        for name, task in self.manager.tasks.items():
+            model = task.algorithm.model
+            with model.learn_lock:
+                values = {p.name: p.numpy() for p in model.parameters()}
+            for param, array in values.items():
+                self._metrics.histogram(steps, f"params/{name}/{param}", array)
+
     def _log(self, control: RunControl, final: bool = False) -> bool:
         """Write one log row (the callbacks' ``on_log`` may add to it); True when a callback asks to stop."""
         assert self._metrics is not None
@@ -376,6 +388,8 @@ class Trainer:
         row = self.scalars(control, now - self._last_log, steps - self._last_log_steps)
         answers = [callback.on_log(self, steps, row) for callback in self.callbacks]
         self._metrics.log(steps, row)
+        if self.config.histograms:
+            self._log_histograms(steps)
         self._last_log, self._last_log_steps = now, steps
         if final:
             self._metrics.flush()

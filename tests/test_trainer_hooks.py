@@ -1,4 +1,5 @@
-"""Trainer callbacks (parl.training.callbacks): the hooks are called in order, add metrics, and stop a run."""
+"""What a Trainer lets users hook into: callbacks (parl.training.callbacks) called in order, adding metrics and
+stopping a run, and parameter histograms in the TensorBoard file."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+from tensorboardX.proto.event_pb2 import Event
 
 import parl
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.examples.cartpole_a2c.model import CartPoleActorCritic
 from parl.training.callbacks import TrainerCallback
 from parl.training.metrics_log import read_metrics_csv
+from parl.training.tensorboard import _records, event_files
 from parl.training.trainer import TrainConfig, Trainer, TrainSummary
 
 pytestmark = pytest.mark.timeout(120)
@@ -58,7 +61,8 @@ class Recorder(TrainerCallback):
 
 
 def _trainer(tmp_path: Path, callback: Recorder, **train: Any) -> Trainer:
-    config = TrainConfig(run_dir=str(tmp_path / "run"), log_every_s=0.05, eval_episodes=1, tensorboard=False, **train)
+    train.setdefault("tensorboard", False)
+    config = TrainConfig(run_dir=str(tmp_path / "run"), log_every_s=0.05, eval_episodes=1, **train)
     return Trainer(_manager(), config, lambda: gym.make("CartPole-v1"), callbacks=[callback])
 
 
@@ -79,3 +83,18 @@ def test_a_callback_that_returns_false_stops_the_run_with_a_checkpoint(tmp_path:
     assert summary.stopped_by == "callback Recorder"
     assert summary.counters.env_steps < 50_000 and recorder.evaluations == 1
     assert summary.last_checkpoint is not None and summary.last_checkpoint.is_dir()
+
+
+def test_parameter_histograms_go_to_the_tensorboard_file(tmp_path: Path) -> None:
+    _trainer(
+        tmp_path, Recorder(), max_steps=400, eval_every=0, checkpoint_every=0, tensorboard=True, histograms=True
+    ).run()
+    (events_file,) = event_files(tmp_path / "run")
+    histograms = {
+        value.tag: value.histo
+        for _, data in _records(events_file)
+        for value in Event.FromString(data).summary.value
+        if value.WhichOneof("value") == "histo"
+    }
+    assert histograms and all(tag.startswith("params/RL/") for tag in histograms)
+    assert all(h.num > 0 and sum(h.bucket) == h.num for h in histograms.values())
