@@ -16,7 +16,7 @@ from parl.examples.cartpole_a2c.model import CartPoleActorCritic
 from parl.training.callbacks import TrainerCallback
 from parl.training.metrics_log import read_metrics_csv
 from parl.training.tensorboard import _records, event_files
-from parl.training.trainer import TrainConfig, Trainer, TrainSummary
+from parl.training.trainer import TrainConfig, Trainer, TrainSummary, flat_settings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -98,3 +98,18 @@ def test_parameter_histograms_go_to_the_tensorboard_file(tmp_path: Path) -> None
     }
     assert histograms and all(tag.startswith("params/RL/") for tag in histograms)
     assert all(h.num > 0 and sum(h.bucket) == h.num for h in histograms.values())
+
+
+def test_the_run_s_settings_go_to_tensorboards_hparams_tab(tmp_path: Path) -> None:
+    _trainer(tmp_path, Recorder(), max_steps=300, eval_every=0, checkpoint_every=0, tensorboard=True).run()
+    (events_file,) = event_files(tmp_path / "run")
+    tags = [
+        value.tag
+        for _, data in _records(events_file)
+        for value in Event.FromString(data).summary.value
+        if value.metadata.plugin_data.plugin_name == "hparams"
+    ]
+    assert tags == ["_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"]
+    settings = flat_settings(TrainConfig(run_dir="x", max_steps=300))
+    assert settings["max_steps"] == 300 and settings["run_dir"] == "x" and settings["max_seconds"] == "None"
+    assert flat_settings({"not": "a dataclass"}) == {}

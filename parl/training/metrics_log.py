@@ -24,7 +24,7 @@ import operator
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
@@ -142,6 +142,19 @@ class MetricLogger:
             if self._events is not None:
                 self._events.add_histogram(tag, values, operator.index(step), wall_time=wall_time)
                 self._dirty = True
+
+    def hparams(self, hparams: Mapping[str, bool | int | float | str], metrics: Sequence[str]) -> None:
+        """The run's settings and the metric tags that score it, for TensorBoard's HParams tab (nothing
+        without TensorBoard output); :meth:`end_hparams` when the run ends."""
+        with self._lock:
+            if self._events is not None:
+                self._events.add_hparams(hparams, metrics)
+
+    def end_hparams(self) -> None:
+        """Close the run's HParams entry."""
+        with self._lock:
+            if self._events is not None and not self._closed:
+                self._events.end_hparams()
 
     def flush(self) -> None:
         """Push everything logged so far to the files."""

@@ -25,7 +25,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +37,7 @@ from tensorboardX import crc32c as _crc
 from tensorboardX.proto.event_pb2 import Event
 from tensorboardX.proto.summary_pb2 import Summary
 from tensorboardX.summary import histogram as _histogram_summary
+from tensorboardX.summary import hparams as _hparams_summaries
 
 __all__ = ["EventFileWriter", "ScalarEvent", "crc32c", "event_files", "masked_crc32c", "read_events"]
 
@@ -187,6 +188,18 @@ class EventFileWriter:
         array = np.asarray(values, dtype=np.float64).ravel()
         summary = _histogram_summary(tag, array, bins)
         self._add(tag, summary.value[0], step, wall_time)
+
+    def add_hparams(self, hparams: Mapping[str, bool | int | float | str], metrics: Sequence[str]) -> None:
+        """Open the run's entry in TensorBoard's HParams tab: its settings and the scalar tags that score
+        it (logged as usual); :meth:`end_hparams` closes it."""
+        experiment, session_start, _ = _hparams_summaries(dict(hparams), {tag: 0.0 for tag in metrics})
+        for summary in (experiment, session_start):
+            self._add(summary.value[0].tag, summary.value[0], 0, None)
+
+    def end_hparams(self) -> None:
+        """Mark the run's HParams session as ended (successfully)."""
+        _, _, session_end = _hparams_summaries({}, {})
+        self._add(session_end.value[0].tag, session_end.value[0], 0, None)
 
     def _add(self, tag: str, value: Summary.Value, step: int, wall_time: float | None) -> None:
         if not isinstance(tag, str) or not tag:

@@ -22,6 +22,8 @@ What ends up in ``run_dir``:
 from __future__ import annotations
 
 import copy
+import dataclasses
+import enum
 import json
 import logging
 import math
@@ -191,6 +193,7 @@ class Trainer:
         if self.stop_on_signals:
             self._catch_signals()
         try:
+            self._metrics.hparams(flat_settings(self.full_config), ["eval/mean_return", "train/return_mean"])
             for callback in self.callbacks:
                 callback.on_training_start(self)
             report = self.manager.run(stop_when=self._tick)
@@ -205,6 +208,7 @@ class Trainer:
         finally:
             self._release_signals()
             self._progress.close()
+            self._metrics.end_hparams()
             self._metrics.close()
         if self._stop_signal is not None:
             logger.warning(
@@ -395,3 +399,27 @@ class Trainer:
             self._metrics.flush()
             return False
         return self._stop_if(answers, self.callbacks)
+
+
+def flat_settings(config: Any, prefix: str = "") -> dict[str, bool | int | float | str]:
+    """A config dataclass's settings as one flat dict (``"train.max_steps": 100000``): numbers, bools and
+    strings as they are, enums by value, None and anything else as its ``str``; what TensorBoard's HParams
+    tab shows of a run::
+
+        flat_settings(TrainConfig())["max_steps"]     # 100000
+    """
+    out: dict[str, bool | int | float | str] = {}
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        return out  # (a full_config that is no dataclass has no settings to show)
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out.update(flat_settings(value, f"{key}."))
+        elif isinstance(value, enum.Enum):
+            out[key] = value.value if isinstance(value.value, (bool, int, float, str)) else str(value.value)
+        elif isinstance(value, (bool, int, float, str)):
+            out[key] = value
+        else:
+            out[key] = str(value)
+    return out
