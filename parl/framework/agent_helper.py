@@ -22,7 +22,6 @@ The two helpers that keep experience are in their own modules:
 from __future__ import annotations
 
 import enum
-import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -35,8 +34,6 @@ from parl.framework.communicator import Communicator
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 
 __all__ = ["AgentHelper", "GameOver", "LearnTrigger", "Step", "Transition", "transitions_batch"]
-
-logger = logging.getLogger(__name__)
 
 
 class GameOver(enum.IntEnum):
@@ -100,8 +97,8 @@ class Transition(NamedTuple):
 _new_tuple = tuple.__new__
 """``Step`` and ``Transition`` made without the Python frame of their generated ``__new__`` (per step)."""
 
-# A request sent and not yet answered, then the answered step until it is recorded:
-# (the inputs given, the arrays sent, the states sent, prediction, row, the actions predict returned).
+# An answered request until its step is recorded:
+# (the inputs given, the arrays sent, the states sent, prediction, row, the actions returned).
 _Open = tuple[Mapping[str, Any], dict[str, np.ndarray], dict[str, np.ndarray], Prediction | None, int, dict[str, Any]]
 
 
@@ -149,7 +146,8 @@ class AgentHelper:
         self.reward_specs: list[FieldSpec] = task.reward_specs
         self.extra_specs: list[FieldSpec] = task.extra_learn_specs
         self.states: dict[str, np.ndarray] = zeros_for(self.state_specs, 1)
-        self._sent: _Open | None = None  # the request in flight
+        self._sent: tuple[Mapping[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]] | None = None
+        # (the request in flight: the inputs given, the arrays sent, the states sent)
         self._open: _Open | None = None  # the latest answered request, until its step is recorded
         self._latest: tuple[Prediction | None, int | None] = (None, None)  # for last_prediction
         self._prev: Step | None = None  # the latest recorded step, until the next observation pairs it
@@ -188,7 +186,7 @@ class AgentHelper:
         for the answer. ``predict`` is the two together."""
         # A dict of our own: the request holds it until it is served, and the caller may change theirs.
         states = self.states
-        self._sent = (inputs, self.comm.send(dict(inputs), states, explore), states, None, 0, {})
+        self._sent = (inputs, self.comm.send(dict(inputs), states, explore), states)
 
     def receive(self) -> dict[str, Any]:
         """Wait for the answer to :meth:`send`; this agent's actions (one sample per field)."""

@@ -118,6 +118,8 @@ class ProgressBar:
     ) -> None:
         if total_steps is not None and total_steps < 1:
             raise ValueError(f"total_steps must be >= 1 or None (unknown), got {total_steps}")
+        if line_interval_s <= 0:
+            raise ValueError(f"line_interval_s must be > 0, got {line_interval_s}")
         if min_interval_s < 0:
             raise ValueError(f"min_interval_s must be >= 0, got {min_interval_s}")
         self._stream = sys.stderr if stream is None else stream

@@ -150,7 +150,7 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.stop_on_signals = stop_on_signals
         self.callbacks = list(callbacks)
-        self._stop_signal: str | None = None
+        self._stopped_by: str | None = None
         self._previous_handlers: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ run
@@ -189,7 +189,7 @@ class Trainer:
         self._segment_start = self._last_log = time.monotonic()
         self._metrics = MetricLogger(self.run_dir, tensorboard=c.tensorboard)
         self._progress = ProgressBar(c.max_steps, enabled=c.progress, initial_steps=start_steps)
-        self._stop_signal = None
+        self._stopped_by = None
         if self.stop_on_signals:
             self._catch_signals()
         try:
@@ -201,7 +201,7 @@ class Trainer:
             assert control is not None
             self._update_counters(control)
             evaluated = self.counters.evaluations and self.counters.evaluations[-1][0] == control.env_steps
-            if c.eval_every and not self._solved and not evaluated and self._stop_signal is None:
+            if c.eval_every and not self._solved and not evaluated and self._stopped_by is None:
                 self._evaluate(control.env_steps)  # the final policy is always scored (not when told to stop)
             self._log(control, final=True)
             self._checkpoint()
@@ -210,9 +210,9 @@ class Trainer:
             self._progress.close()
             self._metrics.end_hparams()
             self._metrics.close()
-        if self._stop_signal is not None:
+        if self._stopped_by is not None:
             logger.warning(
-                "stopped by %s at %d env steps; checkpoint %s", self._stop_signal, self.counters.env_steps,
+                "stopped by %s at %d env steps; checkpoint %s", self._stopped_by, self.counters.env_steps,
                 self.last_checkpoint,
             )  # fmt: skip
         summary = TrainSummary(
@@ -223,7 +223,7 @@ class Trainer:
             self.counters.best_eval,
             self.last_checkpoint,
             list(self.counters.evaluations),
-            self._stop_signal,
+            self._stopped_by,
         )
         for callback in self.callbacks:
             callback.on_training_end(self, summary)
@@ -238,7 +238,7 @@ class Trainer:
         """Stop the run when a callback answered False; it is named in ``TrainSummary.stopped_by``."""
         for answer, callback in zip(answers, callbacks):
             if answer is False:
-                self._stop_signal = self._stop_signal or f"callback {type(callback).__name__}"
+                self._stopped_by = self._stopped_by or f"callback {type(callback).__name__}"
                 return True
         return False
 
@@ -254,13 +254,13 @@ class Trainer:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         """The first SIGTERM/SIGINT asks the run to stop at the next poll; the next one acts as it would have."""
-        self._stop_signal = signal.Signals(signum).name
+        self._stopped_by = signal.Signals(signum).name
         self._release_signals()
 
     # ------------------------------------------------------------------ the loop
     def _tick(self, control: RunControl) -> bool:
         """Called by ``Manager.run`` every poll: log, evaluate, checkpoint; True to stop."""
-        if self._stop_signal is not None:
+        if self._stopped_by is not None:
             return True
         now = time.monotonic()
         steps = control.env_steps
