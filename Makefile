@@ -14,7 +14,7 @@ $(STAMP): setup.py pyproject.toml
 
 # The tests also cover the Ray runtime, PettingZoo envs and the built docs site, so they install those extras.
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[test,plot,ray,pettingzoo,docs]"
+	$(PY) -m pip install --quiet -e ".[test,plot,ray,pettingzoo,docs,wandb,video]"
 	touch $(TEST_STAMP)
 
 demo: $(STAMP)

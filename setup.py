@@ -27,6 +27,12 @@ setup(
         "annotated-types>=0.6",
         # TensorBoard event files: its protocol buffers and checksum (parl.training.tensorboard).
         "tensorboardX>=2.6",
+        # The typed command line (parl.cli): per-field --help from the config dataclasses' docstrings.
+        "tyro>=0.9",
+        # `parl train --config file.yaml` and `--show-config`.
+        "pyyaml>=6",
+        # The terminal progress bar (parl.training.progress); tyro needs it too.
+        "rich>=13",
     ],
     extras_require={
         "test": [
@@ -47,6 +53,12 @@ setup(
         "ray": ["ray>=2.9"],
         # Multi-agent envs through PettingZoo's parallel API (parl.envs.pettingzoo).
         "pettingzoo": ["pettingzoo>=1.24"],
+        # Weights & Biases logging (parl.training.wandb_logger); runs offline without a server.
+        "wandb": ["wandb>=0.16"],
+        # Episode videos (`parl eval --video`, TensorBoard videos): gymnasium's RecordVideo writes through moviepy.
+        "video": ["moviepy>=1.0"],
+        # LunarLander and the other Box2D envs of gymnasium.
+        "box2d": ["gymnasium[box2d]>=1.0"],
         # The documentation site (mkdocs with an API reference from docstrings).
         "docs": ["mkdocs>=1.5", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.24"],
         # Peers for the learning benchmark only; the CPU torch 2.13.0 wheel is installed first

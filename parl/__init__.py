@@ -32,7 +32,7 @@ from parl.algorithms import (
 )
 from parl.data.replay_buffer import ReplayBuffer
 from parl.data.specs import FieldSpec, SpecError
-from parl.envs.adapters import OldGymAPIAdapter, is_old_gym_api, make_env_factory
+from parl.envs.adapters import GymEnvAdapter, is_old_gym_api, make_env_factory
 from parl.envs.guarded import GuardedEnv
 from parl.envs.pettingzoo import ParallelEnvAgent
 from parl.framework.agent import Agent, StepResult
@@ -61,6 +61,7 @@ from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.layers.layer_func import LayerFunc, ParamSyncError
 from parl.manager import Manager, ManagerConfig, RunReport, Runtime, TaskConfig
 from parl.runtimes.faults import FaultConfig, FaultStats
+from parl.training.any_env import train
 from parl.training.evaluation_stopper import EvalStopper
 from parl.training.experiment import Experiment
 from parl.training.trainer import TrainConfig, Trainer, TrainSummary
@@ -78,6 +79,7 @@ __all__ = [
     "TrainConfig",
     "Trainer",
     "TrainSummary",
+    "train",
     "CheckpointError",
     "ConfigError",
     "EnvFault",
@@ -86,7 +88,7 @@ __all__ = [
     "FaultConfig",
     "FaultStats",
     "GuardedEnv",
-    "OldGymAPIAdapter",
+    "GymEnvAdapter",
     "ParallelEnvAgent",
     "is_old_gym_api",
     "make_env_factory",

@@ -1,4 +1,4 @@
-"""parl.envs.adapters: make_env_factory, OldGymAPIAdapter, is_old_gym_api, gym space conversion."""
+"""parl.envs.adapters: make_env_factory, GymEnvAdapter, is_old_gym_api, gym space conversion."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 import parl
 from parl.algorithms.ppo import PPO, PPOConfig
-from parl.envs.adapters import OldGymAPIAdapter, is_old_gym_api, make_env_factory, to_gymnasium_space
+from parl.envs.adapters import GymEnvAdapter, is_old_gym_api, make_env_factory, to_gymnasium_space
 from parl.examples.cartpole_a2c.model import CartPoleActorCritic
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "envs.md"
@@ -166,7 +166,7 @@ def test_is_old_gym_api(make: Any, old: bool) -> None:
 
 # ------------------------------------------------- the adapter
 def test_adapter_maps_reset_and_step_to_the_gymnasium_api() -> None:
-    env = OldGymAPIAdapter(OldCounterEnv(length=2))
+    env = GymEnvAdapter(OldCounterEnv(length=2))
     obs, info = env.reset()
     np.testing.assert_array_equal(obs, [0, 0, 0, 0])
     assert info == {}
@@ -180,7 +180,7 @@ def test_adapter_maps_reset_and_step_to_the_gymnasium_api() -> None:
 
 
 def test_adapter_reports_a_time_limit_as_truncation() -> None:
-    env = OldGymAPIAdapter(OldCounterEnv(length=2, time_limit=True))
+    env = GymEnvAdapter(OldCounterEnv(length=2, time_limit=True))
     env.reset()
     assert env.step(0)[2:4] == (False, False)
     _, _, terminated, truncated, info = env.step(0)
@@ -189,7 +189,7 @@ def test_adapter_reports_a_time_limit_as_truncation() -> None:
 
 def test_adapter_seeds_through_seed_method_or_reset() -> None:
     old = OldCounterEnv()
-    env = OldGymAPIAdapter(old)
+    env = GymEnvAdapter(old)
     first, _ = env.reset(seed=5)
     again, _ = env.reset(seed=5)
     np.testing.assert_array_equal(first, again)
@@ -198,7 +198,7 @@ def test_adapter_seeds_through_seed_method_or_reset() -> None:
     assert old.seeds == [5, 5]
 
     info_env = OldReturnInfoEnv()
-    adapted = OldGymAPIAdapter(info_env)
+    adapted = GymEnvAdapter(info_env)
     obs, info = adapted.reset(seed=9, options={"x": 1})
     assert info == {"reset": True} and info_env.seeds == [9] and info_env.last_options == {"x": 1}
     assert obs[0] == float(np.random.default_rng(9).integers(0, 50))
@@ -206,9 +206,9 @@ def test_adapter_seeds_through_seed_method_or_reset() -> None:
 
 def test_adapter_refuses_what_the_old_env_cannot_do() -> None:
     with pytest.raises(ValueError, match="no seed\\(\\) method"):
-        OldGymAPIAdapter(OldUnseedableEnv()).reset(seed=1)
+        GymEnvAdapter(OldUnseedableEnv()).reset(seed=1)
     with pytest.raises(ValueError, match="takes no reset options"):
-        OldGymAPIAdapter(OldCounterEnv()).reset(options={"a": 1})
+        GymEnvAdapter(OldCounterEnv()).reset(options={"a": 1})
 
 
 def test_gym_spaces_become_gymnasium_spaces() -> None:
@@ -237,7 +237,7 @@ def test_gym_spaces_become_gymnasium_spaces() -> None:
 
 
 def test_adapter_converts_the_env_spaces() -> None:
-    env = OldGymAPIAdapter(OldCounterEnv())
+    env = GymEnvAdapter(OldCounterEnv())
     assert env.observation_space == gym.spaces.Box(-100.0, 100.0, (4,), np.float32)
     assert env.action_space == gym.spaces.Discrete(2)
     assert env.action_space.contains(1)
@@ -247,7 +247,7 @@ def test_adapter_converts_the_env_spaces() -> None:
 def test_factory_from_an_id_makes_one_env_per_agent_with_make_kwargs() -> None:
     make_env = make_env_factory("CartPole-v1", max_episode_steps=7)
     a, b = make_env(0), make_env(1)
-    assert a is not b and not isinstance(a, OldGymAPIAdapter)
+    assert a is not b and not isinstance(a, GymEnvAdapter)
     a.reset(seed=0)
     steps = 0
     while True:
@@ -275,10 +275,10 @@ def test_factory_from_a_callable_or_class_wraps_old_envs() -> None:
 
     make_env = make_env_factory(build)
     a, b = make_env(0), make_env(1)
-    assert len(calls) == 2 and isinstance(a, OldGymAPIAdapter) and a is not b
-    assert isinstance(make_env_factory(OldCounterEnv)(0), OldGymAPIAdapter)  # an env class is a factory
-    assert isinstance(make_env_factory(OldCounterEnv())(0), OldGymAPIAdapter)  # and so is an old env object
-    assert not isinstance(make_env_factory(KwargsGymnasiumEnv)(0), OldGymAPIAdapter)
+    assert len(calls) == 2 and isinstance(a, GymEnvAdapter) and a is not b
+    assert isinstance(make_env_factory(OldCounterEnv)(0), GymEnvAdapter)  # an env class is a factory
+    assert isinstance(make_env_factory(OldCounterEnv())(0), GymEnvAdapter)  # and so is an old env object
+    assert not isinstance(make_env_factory(KwargsGymnasiumEnv)(0), GymEnvAdapter)
 
 
 def test_old_api_flag_overrides_detection() -> None:
@@ -289,10 +289,10 @@ def test_old_api_flag_overrides_detection() -> None:
 
     assert not is_old_gym_api(OldWithSeedArg())
     forced = make_env_factory(OldWithSeedArg, old_api=True)(0)
-    assert isinstance(forced, OldGymAPIAdapter)
+    assert isinstance(forced, GymEnvAdapter)
     obs, info = forced.reset(seed=4)  # the reset's own seed parameter is used
     assert info == {} and forced.env.seeds == [4]  # type: ignore[attr-defined]
-    assert not isinstance(make_env_factory(OldCounterEnv, old_api=False)(0), OldGymAPIAdapter)
+    assert not isinstance(make_env_factory(OldCounterEnv, old_api=False)(0), GymEnvAdapter)
 
 
 def test_factory_refuses_what_it_cannot_use() -> None:
@@ -388,7 +388,7 @@ def test_a_gym_026_env_made_by_gym_make_is_seeded_through_reset_and_gets_gymnasi
     wrapped = Gym26Wrapper(Gym26Env())
     assert not is_old_gym_api(wrapped)  # judged by the env the wrapper wraps
     env = make_env_factory(lambda: Gym26Wrapper(Gym26Env()))(0)
-    assert isinstance(env, OldGymAPIAdapter)
+    assert isinstance(env, GymEnvAdapter)
     assert isinstance(env.observation_space, gym.spaces.Box) and isinstance(env.action_space, gym.spaces.Discrete)
     obs, info = env.reset(seed=3)
     assert info == {"seeded": 3} and obs.shape == (4,)
@@ -434,4 +434,4 @@ def test_check_runs_gymnasiums_env_checker_on_the_first_env() -> None:
         make_env_factory(OutOfSpaceEnv, check=True)(0)
     assert isinstance(make_env_factory(OutOfSpaceEnv)(0), OutOfSpaceEnv)  # unchecked by default
     adapted = make_env_factory(lambda: OldCounterEnv(length=3), check=True)(0)  # checked as the agent sees it
-    assert isinstance(adapted, OldGymAPIAdapter)
+    assert isinstance(adapted, GymEnvAdapter)

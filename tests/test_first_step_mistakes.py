@@ -185,7 +185,7 @@ def test_an_old_gym_env_given_raw_to_the_manager_is_adapted() -> None:
     report = manager.run()
     assert report.episodes >= 4 and report.steps >= 20
     assert sorted(s for env in envs for s in env.seeds) == [7, 8]  # seeded through seed(), once per agent
-    assert all(type(slot.agent.env).__name__ == "OldGymAPIAdapter" for slot in manager.slots)  # type: ignore[union-attr]
+    assert all(type(slot.agent.env).__name__ == "GymEnvAdapter" for slot in manager.slots)  # type: ignore[union-attr]
 
 
 def test_an_old_gym_env_given_raw_to_guarded_runs_and_to_evaluate_greedy_is_adapted() -> None:

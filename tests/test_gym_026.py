@@ -21,13 +21,13 @@ import gym
 import gymnasium
 import parl
 from parl.algorithms.ppo import PPO, PPOConfig
-from parl.envs.adapters import OldGymAPIAdapter, make_env_factory
+from parl.envs.adapters import GymEnvAdapter, make_env_factory
 from parl.examples.cartpole_a2c.model import CartPoleActorCritic
 
 assert gym.__version__ == "0.26.2", gym.__version__
 make = lambda: gym.make("CartPole-v1", disable_env_checker=True)
 env = make_env_factory(make)(0)
-assert isinstance(env, OldGymAPIAdapter) and isinstance(env.action_space, gymnasium.spaces.Discrete)
+assert isinstance(env, GymEnvAdapter) and isinstance(env.action_space, gymnasium.spaces.Discrete)
 obs, info = env.reset(seed=1)
 again, _ = make_env_factory(make)(0).reset(seed=1)
 assert (obs == again).all()  # seeded through reset(seed=...)

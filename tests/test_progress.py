@@ -1,10 +1,12 @@
-"""ProgressBar: off unless a terminal, throttled redraws, steps/s and ETA, lines never wider than 100."""
+"""ProgressBar: a rich bar on a terminal, the plain line every line_interval_s elsewhere, silent when disabled."""
 
 from __future__ import annotations
 
 import io
 import logging
 import math
+import re
+import sys
 
 import pytest
 
@@ -24,9 +26,22 @@ class TtyStringIO(io.StringIO):
         return True
 
 
-def _lines(text: str) -> list[str]:
-    """What the terminal showed at each redraw: the pieces between carriage returns and newlines."""
-    return [piece for piece in text.replace("\n", "\r").split("\r") if piece]
+@pytest.fixture(autouse=True)
+def terminal_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 120-column colour terminal, whatever the environment running the tests says."""
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    for name in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _frames(text: str) -> list[str]:
+    """What the terminal showed at each redraw: escape sequences removed, split at carriage returns and newlines."""
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    return [piece for piece in plain.replace("\n", "\r").split("\r") if piece]
+
+
+# ------------------------------------------------------------------ the plain line's formatting
 
 
 @pytest.mark.parametrize(
@@ -83,6 +98,9 @@ def test_render_line_never_exceeds_width() -> None:
     assert all(len(piece.split(" ")) == 2 for piece in wide.split("  ")[5:])
 
 
+# ------------------------------------------------------------------ no terminal: the plain line
+
+
 def test_plain_lines_when_not_a_tty() -> None:
     stream, clock = io.StringIO(), FakeClock()
     bar = ProgressBar(100, stream=stream, clock=clock, line_interval_s=30.0)
@@ -92,19 +110,47 @@ def test_plain_lines_when_not_a_tty() -> None:
         bar.update(steps, recent_return=1.0)
     bar.close()
     text = stream.getvalue()
-    assert "\r" not in text and text.endswith("\n")
+    assert "\r" not in text and "\x1b" not in text and text.endswith("\n")
     lines = text.splitlines()
     assert len(lines) == 4  # at 0, 35 and 70 s, and the final line
     assert [line.split("  ")[2].split("/")[0] for line in lines] == ["10", "40", "80", "80"]
 
 
-def test_silent_when_disabled() -> None:
+def test_plain_line_is_render_line_with_the_rate_over_the_last_30_s() -> None:
+    stream, clock = io.StringIO(), FakeClock()
+    bar = ProgressBar(10_000, stream=stream, clock=clock, line_interval_s=5.0)
+    for second in range(11):  # 100 steps/s, a line at 0, 5 and 10 s
+        clock.now = 1000.0 + second
+        bar.update(100 * second, recent_return=-2.5, extra={"loss": 0.25})
+    assert stream.getvalue().splitlines() == [
+        render_line(0, 10_000, None, -2.5, {"loss": 0.25}),
+        render_line(500, 10_000, 100.0, -2.5, {"loss": 0.25}),
+        render_line(1_000, 10_000, 100.0, -2.5, {"loss": 0.25}),
+    ]
+    assert stream.getvalue().splitlines()[-1] == (  # the line the hand-written bar printed for this run
+        "[###..........................]  10%  1,000/10,000  100 steps/s  return -2.5  ETA 0:01:30  loss 0.25"
+    )
+
+
+def test_no_terminal_even_with_force_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FORCE_COLOR (set in many CI jobs) colours rich's output, but a log file still gets plain lines."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
     stream = io.StringIO()
-    bar = ProgressBar(100, stream=stream, enabled=False, min_interval_s=0.0)
-    assert not bar.enabled
-    bar.update(10, recent_return=1.0)
+    bar = ProgressBar(100, stream=stream, clock=FakeClock())
+    bar.update(10)
     bar.close()
-    assert stream.getvalue() == ""
+    assert stream.getvalue() == render_line(10, 100, None) + "\n" + render_line(10, 100, None) + "\n"
+
+
+def test_dumb_terminal_gets_plain_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TERM", "dumb")
+    stream = TtyStringIO()
+    with ProgressBar(100, stream=stream, clock=FakeClock()) as bar:
+        bar.update(10)
+    assert stream.getvalue().splitlines() == [render_line(10, 100, None)] * 2
+
+
+# ------------------------------------------------------------------ a terminal: the rich bar
 
 
 def test_enabled_by_default_on_a_tty() -> None:
@@ -113,35 +159,46 @@ def test_enabled_by_default_on_a_tty() -> None:
     assert bar.enabled
     bar.update(10)
     bar.close()
-    assert stream.getvalue().startswith("\r")
-    assert stream.getvalue().endswith("\n")
+    text = stream.getvalue()
+    assert text.startswith("\x1b[?25l") and text.endswith("\n\x1b[?25h")  # cursor hidden, then shown again
+    assert "━" in text
+    assert "10/100" in _frames(text)[-1]
 
 
-def test_forced_enabled_writes_rate_and_eta() -> None:
+def test_forced_bar_shows_steps_rate_times_and_figures() -> None:
+    """enabled=True draws through rich's Console(force_terminal=True) even on a StringIO."""
     clock = FakeClock()
     stream = io.StringIO()
     bar = ProgressBar(10_000, stream=stream, enabled=True, min_interval_s=0.2, clock=clock)
     clock.now += 1.0
     bar.update(1_000, recent_return=20.0)
-    text = stream.getvalue()
-    assert text.startswith("\r") and "\n" not in text
-    assert "1,000/10,000" in text
-    assert "1,000 steps/s" in text
-    assert "ETA 0:00:09" in text
-    assert "return 20" in text
+    first = _frames(stream.getvalue())
+    assert len(first) == 1 and "\n" not in stream.getvalue()
+    assert " 10% " in first[0] and "1000/10000" in first[0]
+    assert "-- steps/s" in first[0]  # rich needs two advances before it has a rate
+    assert "0:00:01 ETA -:--:--" in first[0] and first[0].endswith("return 20")
     clock.now += 1.0
     bar.update(2_000, recent_return=25.0, extra={"loss": 0.5})
     clock.now += 0.01
     bar.close()
-    shown = _lines(stream.getvalue())
+    shown = _frames(stream.getvalue())
     assert len(shown) == 3
-    assert "2,000/10,000" in shown[1] and "loss 0.5" in shown[1] and "ETA 0:00:08" in shown[1]
-    assert "2,000/10,000" in shown[2]
-    assert stream.getvalue().endswith("\n")
+    for frame in shown[1:]:
+        assert " 20% " in frame and "2000/10000" in frame and "1,000 steps/s" in frame
+        assert "0:00:02 ETA 0:00:08" in frame  # elapsed, then 8,000 steps left at 1,000 steps/s
+        assert frame.endswith("return 25  loss 0.5")
     assert stream.getvalue().count("\n") == 1
 
 
-def test_throttling_writes_once_within_min_interval() -> None:
+def test_bar_leaves_sys_stdout_and_stderr_alone() -> None:
+    out, err = sys.stdout, sys.stderr
+    bar = ProgressBar(100, stream=io.StringIO(), enabled=True, clock=FakeClock())
+    bar.update(10)
+    assert sys.stdout is out and sys.stderr is err
+    bar.close()
+
+
+def test_throttling_draws_once_within_min_interval() -> None:
     clock = FakeClock()
     stream = io.StringIO()
     bar = ProgressBar(None, stream=stream, enabled=True, min_interval_s=0.5, clock=clock)
@@ -149,18 +206,19 @@ def test_throttling_writes_once_within_min_interval() -> None:
     bar.update(10)
     clock.now += 0.3
     bar.update(20)
-    assert len(_lines(stream.getvalue())) == 1
-    assert "20" not in stream.getvalue()
-    clock.now += 0.25  # 0.55 s after the first redraw
+    assert len(_frames(stream.getvalue())) == 1
+    assert "10/?" in stream.getvalue() and "20/?" not in stream.getvalue()
+    clock.now += 0.25  # 0.55 s after the first draw
     bar.update(30)
-    assert len(_lines(stream.getvalue())) == 2
+    assert len(_frames(stream.getvalue())) == 2
     bar.close()
-    assert _lines(stream.getvalue())[-1].startswith("30  ")
+    assert "30/?" in _frames(stream.getvalue())[-1]
 
 
-def test_rate_is_smoothed() -> None:
+def test_rate_is_rich_average() -> None:
     clock = FakeClock()
     bar = ProgressBar(None, stream=io.StringIO(), enabled=True, min_interval_s=0.0, clock=clock)
+    assert bar.steps_per_s is None
     steps = 0
     for _ in range(20):
         clock.now += 1.0
@@ -177,39 +235,37 @@ def test_resumed_run_rate_counts_from_initial_steps() -> None:
     clock = FakeClock()
     stream = io.StringIO()
     bar = ProgressBar(100_000, stream=stream, enabled=True, clock=clock, initial_steps=50_000)
-    clock.now += 2.0
-    bar.update(50_200)
-    assert "100 steps/s" in stream.getvalue()
+    for steps in (50_100, 50_200):
+        clock.now += 1.0
+        bar.update(steps)
+    assert bar.steps_per_s == pytest.approx(100.0)
+    frame = _frames(stream.getvalue())[-1]
+    assert " 50% " in frame and "50200/100000" in frame and "100 steps/s" in frame
 
 
-def test_width_never_exceeds_100_characters() -> None:
+def test_narrow_terminal_cuts_the_bar_and_figures_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     clock = FakeClock()
     stream = io.StringIO()
     extra = {f"a_long_metric_name_{i}": 1e-9 * i for i in range(10)}
-    with ProgressBar(10**13, stream=stream, enabled=True, min_interval_s=0.0, clock=clock) as bar:
-        for i in range(1, 50):
+    with ProgressBar(10**6, stream=stream, enabled=True, min_interval_s=0.0, clock=clock) as bar:
+        for i in range(1, 20):
             clock.now += 0.37
-            bar.update(i * 10**11, recent_return=-1e12 * i, extra=extra if i % 2 else None)
-    shown = _lines(stream.getvalue())
-    assert len(shown) == 50
-    assert max(len(line) for line in shown) <= 100
+            bar.update(i * 1_000, recent_return=-1e12 * i, extra=extra if i % 2 else None)
+    shown = _frames(stream.getvalue())
+    assert len(shown) == 20
+    assert max(len(frame) for frame in shown) <= 80
+    assert all(frame.endswith("…") for frame in shown)  # the figures, cut with an ellipsis
+    assert "19000/1000000" in shown[-1] and "2,703 steps/s" in shown[-1] and "ETA" in shown[-1]
 
 
-def test_shorter_line_blanks_out_the_previous_one() -> None:
-    clock = FakeClock()
+# ------------------------------------------------------------------ closing, disabling, failing, arguments
+
+
+@pytest.mark.parametrize("enabled", [None, True])
+def test_close_is_idempotent_and_update_after_close_writes_nothing(enabled: bool | None) -> None:
     stream = io.StringIO()
-    bar = ProgressBar(None, stream=stream, enabled=True, min_interval_s=0.0, clock=clock)
-    bar.update(1, extra={"loss": 0.5})
-    clock.now += 1.0
-    bar.update(2, extra={})
-    first, second = _lines(stream.getvalue())
-    assert len(second) == len(first)
-    assert second.startswith("2  ") and second.endswith(" ") and "loss" not in second
-
-
-def test_close_is_idempotent_and_update_after_close_writes_nothing() -> None:
-    stream = io.StringIO()
-    bar = ProgressBar(10, stream=stream, enabled=True, clock=FakeClock())
+    bar = ProgressBar(10, stream=stream, enabled=enabled, clock=FakeClock())
     bar.close()
     written = stream.getvalue()
     bar.close()
@@ -218,12 +274,25 @@ def test_close_is_idempotent_and_update_after_close_writes_nothing() -> None:
     assert written.count("\n") == 1
 
 
-def test_a_failing_stream_disables_the_bar(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("stream", [io.StringIO(), TtyStringIO()])
+def test_silent_when_disabled(stream: io.StringIO) -> None:
+    bar = ProgressBar(100, stream=stream, enabled=False, min_interval_s=0.0)
+    assert not bar.enabled
+    bar.update(10, recent_return=1.0)
+    bar.close()
+    bar.close()
+    assert stream.getvalue() == ""
+    assert bar.steps_per_s is None
+
+
+@pytest.mark.parametrize("enabled", [None, True])
+def test_a_failing_stream_disables_the_bar(caplog: pytest.LogCaptureFixture, enabled: bool | None) -> None:
     stream = io.StringIO()
     stream.close()
-    bar = ProgressBar(10, stream=stream, enabled=True, clock=FakeClock())
+    bar = ProgressBar(10, stream=stream, enabled=enabled, clock=FakeClock())
     with caplog.at_level(logging.WARNING, logger="parl.training.progress"):
         bar.update(1)
+        bar.update(2)
         bar.close()
     assert not bar.enabled
     assert caplog.text.count("progress bar disabled") == 1
@@ -234,3 +303,6 @@ def test_argument_checks() -> None:
         ProgressBar(0, stream=io.StringIO())
     with pytest.raises(ValueError, match="min_interval_s"):
         ProgressBar(10, stream=io.StringIO(), min_interval_s=-1.0)
+    for interval in (0.0, -1.0):
+        with pytest.raises(ValueError, match="line_interval_s"):
+            ProgressBar(10, stream=io.StringIO(), line_interval_s=interval)

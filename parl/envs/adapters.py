@@ -3,7 +3,7 @@
 ``make_env_factory`` turns what a user has into the ``Callable[[int], gymnasium.Env]`` the
 :class:`~parl.Manager` asks for: one env per agent id. Envs written against the gym API before
 0.26 (``reset()`` returning the observation only, ``step`` returning four values) are wrapped in
-:class:`OldGymAPIAdapter`, which speaks the gymnasium API::
+:class:`GymEnvAdapter`, which speaks the gymnasium API::
 
     make_env = make_env_factory("CartPole-v1", max_episode_steps=200)   # gymnasium.make per agent
     make_env = make_env_factory(lambda: MyOldGymEnv())                 # old API: adapted
@@ -39,7 +39,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils.env_checker import check_env
 
-__all__ = ["make_env_factory", "OldGymAPIAdapter", "gymnasium_api", "is_old_gym_api", "to_gymnasium_space"]
+__all__ = ["make_env_factory", "GymEnvAdapter", "gymnasium_api", "is_old_gym_api", "to_gymnasium_space"]
 
 
 def _reset_parameters(env: Any) -> dict[str, inspect.Parameter] | None:
@@ -93,7 +93,7 @@ def to_gymnasium_space(space: Any) -> gym.spaces.Space[Any]:
     )
 
 
-class OldGymAPIAdapter(gym.Env[Any, Any]):
+class GymEnvAdapter(gym.Env[Any, Any]):
     """An env of the gym package (the API before 0.26, or 0.26's with gym's spaces) as a gymnasium env.
 
     ``reset(seed=..., options=...)`` seeds the env (``env.reset(seed=...)`` when its reset takes a
@@ -102,7 +102,7 @@ class OldGymAPIAdapter(gym.Env[Any, Any]):
     ``truncated = info.get("TimeLimit.truncated", False)`` and ``terminated = done and not truncated``.
     The spaces are converted to gymnasium spaces::
 
-        env = OldGymAPIAdapter(MyOldGymEnv())
+        env = GymEnvAdapter(MyOldGymEnv())
         obs, info = env.reset(seed=0)
         obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
     """
@@ -174,18 +174,18 @@ def _is_env_object(env: Any) -> bool:
 
 def gymnasium_api(env: Any) -> Any:
     """``env`` as the gymnasium API: an env that is not a ``gymnasium.Env`` (old API, or gym 0.26's) or
-    has the old API (:func:`is_old_gym_api`) wrapped in :class:`OldGymAPIAdapter`; anything else (a
+    has the old API (:func:`is_old_gym_api`) wrapped in :class:`GymEnvAdapter`; anything else (a
     gymnasium env, an adapted one, an object that is no env) as it is. The Manager's agents
     (``guard_env``) and ``evaluate_greedy`` build their envs
     through this, so an old gym env works there without :func:`make_env_factory`::
 
-        env = gymnasium_api(MyOldGymEnv())      # an OldGymAPIAdapter
+        env = gymnasium_api(MyOldGymEnv())      # an GymEnvAdapter
         obs, info = env.reset(seed=0)
     """
-    if isinstance(env, OldGymAPIAdapter) or not _is_env_object(env):
+    if isinstance(env, GymEnvAdapter) or not _is_env_object(env):
         return env
     if is_old_gym_api(env) or (not isinstance(env, gym.Env) and _has_single_spaces(env)):
-        return OldGymAPIAdapter(env)  # old API, or gym 0.26's (gym spaces)
+        return GymEnvAdapter(env)  # old API, or gym 0.26's (gym spaces)
     return env  # a gymnasium env, or not a single-agent env (a PettingZoo ParallelEnv's spaces are methods)
 
 
@@ -194,7 +194,7 @@ def _adapt(env: Any, old_api: bool | None, source: str) -> gym.Env[Any, Any]:
         raise TypeError(f"{source} gave {type(env).__name__}, not an env (an object with reset() and step())")
     if old_api is None:
         return gymnasium_api(env)  # type: ignore[no-any-return]
-    return OldGymAPIAdapter(env) if old_api else env
+    return GymEnvAdapter(env) if old_api else env
 
 
 def make_env_factory(
@@ -211,7 +211,7 @@ def make_env_factory(
       since parallel agents cannot share one env);
     * a factory (a function or an env class): called once per agent.
 
-    Old-API envs are wrapped in :class:`OldGymAPIAdapter` (detected by :func:`is_old_gym_api`, or
+    Old-API envs are wrapped in :class:`GymEnvAdapter` (detected by :func:`is_old_gym_api`, or
     forced with ``old_api``). ``check=True`` runs gymnasium's env checker
     (``gymnasium.utils.env_checker.check_env``) on the first env the factory makes (the env inside
     gymnasium's wrappers, or the adapter of an old-API env): a mistake it finds raises ``ValueError``

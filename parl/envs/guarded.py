@@ -398,7 +398,7 @@ def guard_env(
 ) -> Any:
     """Agent ``agent_id``'s env, behind a :class:`GuardedEnv` when ``faults`` asks for one. An env of the
     old gym API (``reset`` without a seed, a four-value ``step``) is wrapped in
-    :class:`~parl.envs.adapters.OldGymAPIAdapter` (:func:`~parl.envs.adapters.gymnasium_api`)."""
+    :class:`~parl.envs.adapters.GymEnvAdapter` (:func:`~parl.envs.adapters.gymnasium_api`)."""
     if make_env is None:
         return None
     if not faults.enabled:

@@ -22,7 +22,6 @@ The two helpers that keep experience are in their own modules:
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -229,15 +228,8 @@ class AgentHelper:
                 f"{[s.name for s in self.action_specs]} (use predict with dicts)"
             )
         key, name = fields
-        given, states, comm = {key: value}, self.states, self.comm
-        sent = comm.send(given, states, explore)
-        pred, row = comm.receive()
-        action = pred.actions[name][row]
-        self._open = (given, sent, states, pred, row, {name: action})
-        self._latest = (pred, row)
-        if pred.states:
-            self.states = {k: v[row : row + 1] for k, v in pred.states.items()}
-        return action
+        self.send({key: value}, explore)
+        return self.receive()[name]
 
     @property
     def last_prediction(self) -> Prediction | None:
@@ -409,15 +401,9 @@ class AgentHelper:
                 f"{[s.name for s in self.reward_specs]}, got a scalar"
             )
         only = self.reward_specs[0]
+        value: Any = rewards
         if isinstance(rewards, (int, float)) and not isinstance(rewards, bool) and only.shape == ():
-            if only.np_dtype.kind == "f" and not (math.isfinite(rewards) or only.allow_nan):
-                raise SpecError(
-                    f"agent {self.agent_id}, task {self.name!r}, rewards field {only.name!r}: expected finite "
-                    f"values, got {rewards}"
-                )
-            value: Any = np.array(rewards, dtype=only.np_dtype)
-        else:
-            value = rewards
+            value = np.array(rewards, dtype=only.np_dtype)  # then checked (finite, dtype) like any field
         return self._check({only.name: value}, self.reward_specs, "rewards")
 
     def batch(self, transitions: Sequence[Transition]) -> TrainingBatch:

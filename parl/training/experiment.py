@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from parl.manager import Manager
+from parl.training.trainer import Trainer, TrainSummary
 
-__all__ = ["Experiment", "EXPERIMENTS", "resolve_experiment"]
+__all__ = ["ALGORITHMS", "Experiment", "EXPERIMENTS", "resolve_experiment", "train_experiment"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class Experiment:
     eval_task: str = "RL"
     """The task whose greedy policy is evaluated."""
     description: str = ""
+    prepare: Callable[[Any], Any] | None = None
+    """Completes a config before a run, after every override (for example the stop value from the env's
+    reward threshold); the run saves and resumes the completed config. None: used as it is."""
 
     def __post_init__(self) -> None:
         if not dataclasses.is_dataclass(self.config_class):
@@ -55,6 +59,22 @@ class Experiment:
 
     def default_config(self) -> Any:
         return self.config_class()
+
+    def prepared(self, config: Any) -> Any:
+        """``config`` completed by :attr:`prepare` (itself when there is none)."""
+        return self.prepare(config) if self.prepare is not None else config
+
+
+ALGORITHMS: dict[str, str] = {
+    "ppo": "parl.training.any_env:PPO_ANY_ENV",
+    "a2c": "parl.training.any_env:A2C_ANY_ENV",
+    "dqn": "parl.training.any_env:DQN_ANY_ENV",
+    "td3": "parl.training.any_env:TD3_ANY_ENV",
+    "ddpg": "parl.training.any_env:DDPG_ANY_ENV",
+    "sac": "parl.training.any_env:SAC_ANY_ENV",
+}
+"""Algorithms by name, each an experiment on any gymnasium env (``parl train ppo --env Acrobot-v1``) with a
+default model from the env's spaces; see :mod:`parl.training.any_env`."""
 
 
 EXPERIMENTS: dict[str, str] = {
@@ -70,14 +90,13 @@ EXPERIMENTS: dict[str, str] = {
 
 
 def resolve_experiment(spec: str) -> Experiment:
-    """An experiment from a registered name or from ``"package.module:ATTRIBUTE"``.
-
-    The registered names live in :mod:`parl.examples`, which ships with the package.
-    """
-    target = EXPERIMENTS.get(spec, spec)
+    """An experiment from an algorithm's name (:data:`ALGORITHMS`), an experiment's name (:data:`EXPERIMENTS`)
+    or ``"package.module:ATTRIBUTE"``. The named ones ship with the package."""
+    target = ALGORITHMS.get(spec) or EXPERIMENTS.get(spec, spec)
     if ":" not in target:
         raise ValueError(
-            f"unknown experiment {spec!r}: expected one of {sorted(EXPERIMENTS)} or 'package.module:ATTRIBUTE'"
+            f"unknown experiment {spec!r}: expected an algorithm ({', '.join(ALGORITHMS)}) with --env ID, "
+            f"one of the experiments {sorted(EXPERIMENTS)}, or 'package.module:ATTRIBUTE'"
         )
     module_name, attr = target.split(":", 1)
     try:
@@ -88,3 +107,20 @@ def resolve_experiment(spec: str) -> Experiment:
     if not isinstance(experiment, Experiment):
         raise ValueError(f"experiment {spec!r}: {target!r} is not a parl Experiment")
     return experiment
+
+
+def train_experiment(
+    spec: str, experiment: Experiment, config: Any, resume: bool = False, stop_on_signals: bool = False
+) -> TrainSummary:
+    """Run ``experiment`` with ``config`` (completed by its ``prepare``) through a :class:`Trainer`, as
+    ``parl train`` does; ``spec`` is the name or ``module:ATTRIBUTE`` saved in the run's config.json."""
+    config = experiment.prepared(config)
+    trainer = Trainer(
+        experiment.build(config),
+        config.train,
+        make_eval_env=experiment.make_eval_env(config),
+        eval_task=experiment.eval_task,
+        full_config={"experiment": spec, "config": config},
+        stop_on_signals=stop_on_signals,
+    )
+    return trainer.run(resume=resume)

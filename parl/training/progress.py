@@ -1,37 +1,40 @@
-"""A one-line terminal progress bar for training runs: steps, steps/s, recent return and ETA.
+"""Training progress on stderr: a ``rich`` bar on a terminal, a plain line every ``line_interval_s`` elsewhere.
 
-On a terminal it redraws the same line (carriage return, no newline) at most every ``min_interval_s``;
-elsewhere (a log file, CI, ``nohup``) it writes the same figures as a plain line every
-``line_interval_s``, so a run without a terminal still shows that it advances; ``enabled=False``
-silences it, ``True`` forces the bar::
+On a terminal a ``rich.progress`` bar is redrawn at most every ``min_interval_s``: steps done of the total,
+steps/s, elapsed time, ETA, the recent return and any extra figures. Elsewhere (a log file, CI, ``nohup``)
+the same figures come as a plain line (``render_line``) every ``line_interval_s``, so a run without a
+terminal still shows that it advances; ``enabled=False`` silences it, ``True`` forces the bar::
 
     with ProgressBar(total_steps=50_000) as bar:
         for steps, mean_return in training_loop():
             bar.update(steps, recent_return=mean_return, extra={"loss": 0.12})
-    # [###############...............]  50%  25,000/50,000  1,234 steps/s  return 187.3  ETA 0:00:20  loss 0.12
+    # plain: [###############...............]  50%  25,000/50,000  1,234 steps/s  return 187.3  ETA 0:00:20  loss 0.12
 
-``format_eta`` and ``render_line`` are the pure formatting pieces.
+Both show ``rich``'s steps/s: its average over the last 30 s.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TextIO
 
+from rich import progress as rp
+from rich.console import Console
+from rich.table import Column
+from rich.text import Text
+
 __all__ = ["MAX_WIDTH", "ProgressBar", "format_eta", "render_line"]
 
 logger = logging.getLogger(__name__)
 
 MAX_WIDTH = 100
-"""No line is longer than this many characters."""
+"""No plain line is longer than this many characters."""
 _BAR_MAX, _BAR_MIN = 30, 5
-_RATE_TIME_CONSTANT_S = 3.0  # the steps/s shown is an exponential average over about this many seconds
 
 
 def format_eta(seconds: float) -> str:
@@ -44,8 +47,8 @@ def format_eta(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
-def _format_number(value: float) -> str:
-    return f"{value:.4g}" if math.isfinite(value) else str(value)
+def _figure(name: str, value: float) -> str:
+    return f"{name} {value:.4g}" if math.isfinite(value) else f"{name} {value}"
 
 
 def render_line(
@@ -56,7 +59,7 @@ def render_line(
     extra: Mapping[str, float] | None = None,
     width: int = MAX_WIDTH,
 ) -> str:
-    """One progress line of at most ``min(width, MAX_WIDTH)`` characters.
+    """One plain progress line of at most ``min(width, MAX_WIDTH)`` characters.
 
     The bar (when ``total_steps`` is known) shrinks to fit, then whole ``extra`` items are left out.
 
@@ -68,8 +71,8 @@ def render_line(
     parts = [f"{steps:,}" if total_steps is None else f"{steps:,}/{total_steps:,}"]
     parts.append("-- steps/s" if rate is None else f"{rate:,.0f} steps/s")
     if recent_return is not None:
-        parts.append(f"return {_format_number(recent_return)}")
-    extras = [f"{name} {_format_number(value)}" for name, value in (extra or {}).items()]
+        parts.append(_figure("return", recent_return))
+    extras = [_figure(name, value) for name, value in (extra or {}).items()]
     if total_steps is None or total_steps <= 0:
         return _join_fitting("  ".join(parts), extras, width)[:width]
     fraction = min(1.0, max(0.0, steps / total_steps))
@@ -95,15 +98,24 @@ def _join_fitting(text: str, items: list[str], width: int) -> str:
     return text
 
 
+class _RateColumn(rp.ProgressColumn):
+    def render(self, task: rp.Task) -> Text:
+        return Text("-- steps/s" if task.speed is None else f"{task.speed:,.0f} steps/s", style="progress.data.speed")
+
+
+class _FiguresColumn(rp.ProgressColumn):
+    """Return and extra figures; on a narrow terminal they shrink with the bar, cut with an ellipsis."""
+
+    def render(self, task: rp.Task) -> Text:
+        return Text(task.fields["figures"], no_wrap=True, overflow="ellipsis")
+
+
 class ProgressBar:
-    """Redraws one line on ``stream`` (default ``sys.stderr``) as a run advances.
+    """Shows a run's progress on ``stream`` (default ``sys.stderr``); see the module doc.
 
-    ``enabled=None`` draws the bar when ``stream.isatty()``, else a plain line every ``line_interval_s``.
-    A failing stream (closed, broken pipe) disables it with a logged warning instead of stopping the run::
-
-        bar = ProgressBar(total_steps=100_000)
-        bar.update(steps, recent_return=mean_return)   # cheap; redraws at most every min_interval_s
-        bar.close()                                    # final line and a newline
+    ``enabled=None`` draws the bar when ``stream.isatty()`` (and not ``TERM=dumb``), else a plain line every
+    ``line_interval_s``.
+    A failing stream (closed, broken pipe) disables it with a logged warning instead of stopping the run.
     """
 
     def __init__(
@@ -123,23 +135,25 @@ class ProgressBar:
         if min_interval_s < 0:
             raise ValueError(f"min_interval_s must be >= 0, got {min_interval_s}")
         self._stream = sys.stderr if stream is None else stream
-        is_tty = _isatty(self._stream)
+        # Whether it is a terminal is ours to say: FORCE_COLOR in a CI job must not turn its log into redraws.
+        console = Console(file=self._stream, force_terminal=True)
         self._enabled = enabled is not False
-        # Not a terminal and not forced: plain lines (newline-ended) every line_interval_s instead of redraws.
-        self._plain = enabled is None and not is_tty
-        if self._plain:
-            min_interval_s = line_interval_s
-        self._width = min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH + 1, 24)).columns - 1) if is_tty else MAX_WIDTH
+        self._plain = enabled is None and not (_isatty(self._stream) and console.is_interactive)
+        self._interval_s = line_interval_s if self._plain else min_interval_s
         self._total = total_steps
-        self._min_interval_s = min_interval_s
-        self._clock = clock
-        self._steps = initial_steps
-        self._rate_steps, self._rate_time = initial_steps, clock()
-        self._rate: float | None = None
+        fixed = Column(no_wrap=True)  # the bar and the figures shrink on a narrow terminal, not these
+        columns: list[str | rp.ProgressColumn] = [rp.BarColumn(), rp.TaskProgressColumn(table_column=fixed)]
+        columns += [rp.MofNCompleteColumn(table_column=fixed), _RateColumn(table_column=fixed)]
+        columns += [rp.TimeElapsedColumn(table_column=fixed), "ETA", rp.TimeRemainingColumn(table_column=fixed)]
+        columns.append(_FiguresColumn())
+        # No refresh thread (drawn from update()), and sys.stdout and sys.stderr are left alone.
+        self._progress = rp.Progress(
+            *columns, console=console, get_time=clock, auto_refresh=False, redirect_stdout=False, redirect_stderr=False
+        )
+        self._task = self._progress.add_task("steps", total=total_steps, completed=initial_steps, figures="")
         self._recent_return: float | None = None
         self._extra: dict[str, float] = {}
         self._last_draw = -math.inf
-        self._last_len = 0
         self._closed = False
 
     @property
@@ -148,52 +162,45 @@ class ProgressBar:
 
     @property
     def steps_per_s(self) -> float | None:
-        """The smoothed rate shown on the line (None before the first redraw)."""
-        return self._rate
+        """The rate shown: ``rich``'s average over the last 30 s (None until two updates have advanced)."""
+        return self._progress.tasks[0].speed
 
     def update(self, steps: int, recent_return: float | None = None, extra: Mapping[str, float] | None = None) -> None:
-        """Record progress; redraw when ``min_interval_s`` has passed since the last redraw."""
+        """Record progress; draw when ``min_interval_s`` (plain lines: ``line_interval_s``) has passed."""
         if not self._enabled or self._closed:
             return
-        self._steps = steps
         if recent_return is not None:
             self._recent_return = recent_return
         if extra is not None:
             self._extra = dict(extra)
-        now = self._clock()
-        if now - self._last_draw >= self._min_interval_s:
-            self._draw(now, end="")
+        self._progress.update(self._task, completed=steps)
+        now = self._progress.get_time()
+        if now - self._last_draw >= self._interval_s:
+            self._last_draw = now
+            self._draw(final=False)
 
     def close(self) -> None:
-        """Draw the final line and end it with a newline (only when enabled); later calls do nothing."""
-        if self._closed:
-            return
-        if self._enabled:
-            self._draw(self._clock(), end="\n")
+        """Draw the final bar or line and end it with a newline (only when enabled); later calls do nothing."""
+        if self._enabled and not self._closed:
+            self._draw(final=True)
         self._closed = True
 
-    def _update_rate(self, now: float) -> None:
-        elapsed = now - self._rate_time
-        if elapsed <= 0:
-            return
-        instant = (self._steps - self._rate_steps) / elapsed
-        if self._rate is None:
-            self._rate = instant
-        else:
-            weight = 1.0 - math.exp(-elapsed / _RATE_TIME_CONSTANT_S)
-            self._rate += weight * (instant - self._rate)
-        self._rate_steps, self._rate_time = self._steps, now
-
-    def _draw(self, now: float, end: str) -> None:
-        self._update_rate(now)
-        self._last_draw = now
-        line = render_line(self._steps, self._total, self._rate, self._recent_return, self._extra, self._width)
-        padded = line.ljust(min(self._last_len, self._width))  # blank out the rest of a longer previous line
-        self._last_len = len(line)
-        text = line + "\n" if self._plain else "\r" + padded + end
+    def _draw(self, final: bool) -> None:
+        task = self._progress.tasks[0]
         try:
-            self._stream.write(text)
-            self._stream.flush()
+            if self._plain:
+                line = render_line(int(task.completed), self._total, task.speed, self._recent_return, self._extra)
+                print(line, file=self._stream, flush=True)
+                return
+            figures = [] if self._recent_return is None else [_figure("return", self._recent_return)]
+            figures += [_figure(name, value) for name, value in self._extra.items()]
+            self._progress.update(self._task, figures="  ".join(figures))
+            if not self._progress.live.is_started:
+                self._progress.start()  # draws
+            elif not final:
+                self._progress.refresh()
+            if final:
+                self._progress.stop()  # draws, then a newline
         except (OSError, ValueError) as exc:
             self._enabled = False
             logger.warning("progress bar disabled: writing to %r failed (%s)", self._stream, exc)

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from annotated_types import Ge, Gt
@@ -46,12 +46,15 @@ from parl.training.metrics_log import MetricLogger
 from parl.training.overrides import save_config
 from parl.training.progress import ProgressBar
 from parl.utils.atomic import atomic_write
-from parl.utils.config_check import check_config
+from parl.utils.config_check import Rule, check_config
 from parl.utils.evaluation import evaluate_greedy
 
 __all__ = ["TrainConfig", "Trainer", "TrainSummary"]
 
 logger = logging.getLogger(__name__)
+
+WandbMode = Literal["online", "offline", "disabled"]
+"""The W&B modes a run can take (``wandb.init(mode=...)``)."""
 
 
 @dataclass
@@ -86,6 +89,21 @@ class TrainConfig:
     """Also write histograms of every task's parameters at each log row (TensorBoard only)."""
     per_agent_limit: Annotated[int, Ge(0)] = 64
     """Log ``agents/<id>/return`` only for runs with at most this many agents."""
+    wandb_project: str | None = None
+    """Also log the run to this Weights & Biases project (needs ``pip install 'parl-rl[wandb]'``; None: no W&B)."""
+    wandb_entity: str | None = None
+    """The W&B team or user the run goes to (None: your default entity)."""
+    wandb_group: str | None = None
+    """The W&B group of the run, e.g. one per experiment across seeds (None: none)."""
+    wandb_mode: WandbMode | None = None
+    """``"offline"`` writes the W&B run locally for ``wandb sync`` (None: W&B's default, ``WANDB_MODE`` or online)."""
+
+    config_rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            lambda c: c.wandb_project is not None or (c.wandb_entity, c.wandb_group, c.wandb_mode) == (None,) * 3,
+            "{wandb_entity}, {wandb_group} and {wandb_mode} need {wandb_project} (W&B logging is on when it is set)",
+        ),
+    )
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -123,7 +141,8 @@ class Trainer:
         """``stop_on_signals``: a SIGTERM or SIGINT (Ctrl-C) during :meth:`run` stops the run the way a
         budget does (agents and workers stopped, final checkpoint written) instead of killing it; a second
         one acts as usual. Needs :meth:`run` to be called from the main thread (``parl train`` sets it).
-        ``callbacks``: :class:`~parl.training.callbacks.TrainerCallback` objects called at the run's points."""
+        ``callbacks``: :class:`~parl.training.callbacks.TrainerCallback` objects called at the run's points;
+        ``config.wandb_project`` adds a :class:`~parl.training.wandb_logger.WandbCallback` after them."""
         if config.eval_every and make_eval_env is None:
             raise ValueError("TrainConfig.eval_every > 0 needs make_eval_env (or set eval_every=0)")
         self.manager = manager
@@ -150,6 +169,12 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.stop_on_signals = stop_on_signals
         self.callbacks = list(callbacks)
+        if config.wandb_project is not None:
+            from parl.training.wandb_logger import WandbCallback  # built on this module; imports wandb
+
+            self.callbacks.append(
+                WandbCallback(config.wandb_project, config.wandb_entity, config.wandb_group, config.wandb_mode)
+            )
         self._stopped_by: str | None = None
         self._previous_handlers: dict[int, Any] = {}
 
@@ -205,6 +230,10 @@ class Trainer:
                 self._evaluate(control.env_steps)  # the final policy is always scored (not when told to stop)
             self._log(control, final=True)
             self._checkpoint()
+        except BaseException as error:
+            for callback in self.callbacks:
+                callback.on_training_failed(self, error)
+            raise
         finally:
             self._release_signals()
             self._progress.close()
@@ -320,7 +349,7 @@ class Trainer:
             "time/eval_s": time.monotonic() - t0,
         }
         scalars["eval/best_return"] = self.counters.best_eval
-        self._metrics.log(steps, scalars)
+        self._write(steps, scalars)
         logger.info("eval at %d steps: mean return %.1f (best %.1f)", steps, score, self.counters.best_eval)
         if confirmed:
             self._solved = True
@@ -383,6 +412,13 @@ class Trainer:
             for param, array in values.items():
                 self._metrics.histogram(steps, f"params/{name}/{param}", array)
 
+    def _write(self, steps: int, scalars: dict[str, float]) -> None:
+        """Write a row of scalars to the run's logs, then show it to the callbacks' ``on_metrics``."""
+        assert self._metrics is not None
+        self._metrics.log(steps, scalars)
+        for callback in self.callbacks:
+            callback.on_metrics(self, steps, scalars)
+
     def _log(self, control: RunControl, final: bool = False) -> bool:
         """Write one log row (the callbacks' ``on_log`` may add to it); True when a callback asks to stop."""
         assert self._metrics is not None
@@ -391,7 +427,7 @@ class Trainer:
         steps = control.env_steps
         row = self.scalars(control, now - self._last_log, steps - self._last_log_steps)
         answers = [callback.on_log(self, steps, row) for callback in self.callbacks]
-        self._metrics.log(steps, row)
+        self._write(steps, row)
         if self.config.histograms:
             self._log_histograms(steps)
         self._last_log, self._last_log_steps = now, steps

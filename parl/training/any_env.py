@@ -1,0 +1,342 @@
+"""Every algorithm on any gymnasium env, with default models and RL-Zoo-like defaults.
+
+The experiments behind ``parl train <algorithm> --env ID`` and :func:`train`; named experiments
+(``parl train cartpole_ppo``) keep their tuned values beside them::
+
+    parl train ppo --env Acrobot-v1 --set train.max_steps=200000
+    parl train sac --env Pendulum-v1 --sac.lr-actor 1e-3
+
+    summary = parl.train("dqn", "CartPole-v1")              # the Python one-liner
+    summary.solved, summary.best_eval
+
+Each run is ``manager.num_agents`` :class:`~parl.agents.GymAgent`\\ s on ``env_id`` feeding one batched task
+whose model is built from the env's spaces (:mod:`parl.models`). On-policy algorithms (PPO, A2C) collect
+``sample_interval`` steps per agent per learning call; off-policy ones (DQN, TD3, DDPG, SAC) keep one
+replay buffer per agent (``replay``, sizes per agent) and learn on every agent's requests. ``seed`` seeds
+the parameters, the algorithm's sampling and the agents' envs. Unless ``train.stop_value`` is set, a
+run stops once a confirmed greedy evaluation reaches the env's registered ``reward_threshold``
+(CartPole-v1 475, Acrobot-v1 -100, LunarLander-v3 200; Pendulum-v1 has none, so it runs its budget).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import gymnasium as gym
+import paddle
+from annotated_types import Ge
+
+from parl.agents import GymAgent
+from parl.algorithms.a2c import A2C, A2CConfig
+from parl.algorithms.ddpg import DDPG, DDPGConfig
+from parl.algorithms.dqn import DQN, DQNConfig
+from parl.algorithms.ppo import PPO, PPOConfig
+from parl.algorithms.sac import SAC, SACConfig
+from parl.algorithms.td3 import TD3, TD3Config
+from parl.framework.agent_helper import AgentHelper
+from parl.framework.algorithm import Algorithm
+from parl.framework.communicator import Communicator
+from parl.framework.computation_wrapper import WrapperConfig
+from parl.framework.model import Model
+from parl.framework.on_policy_helper import OnPolicyConfig, OnPolicyHelper
+from parl.framework.replay_helper import ExpReplayConfig, ExpReplayHelper
+from parl.manager import Manager, ManagerConfig, TaskConfig
+from parl.models import (
+    ActorCriticModel,
+    DeterministicActorCriticModel,
+    NetConfig,
+    QNetworkModel,
+    SquashedGaussianActorCriticModel,
+)
+from parl.training.experiment import Experiment, resolve_experiment, train_experiment
+from parl.training.overrides import apply_overrides
+from parl.training.trainer import TrainConfig, TrainSummary
+from parl.utils.config_check import check_config
+
+__all__ = [
+    "A2C_ANY_ENV",
+    "DDPG_ANY_ENV",
+    "DQN_ANY_ENV",
+    "PPO_ANY_ENV",
+    "SAC_ANY_ENV",
+    "TD3_ANY_ENV",
+    "OffPolicyRunConfig",
+    "OnPolicyRunConfig",
+    "train",
+]
+
+
+def _train_config(algorithm: str, max_steps: int) -> TrainConfig:
+    return TrainConfig(run_dir=f"runs/{algorithm}", max_steps=max_steps, eval_every=10_000, checkpoint_every=50_000)
+
+
+@dataclass
+class _RunConfig:
+    """What every algorithm's run on any env has: the env, the run, the agents, the network, the seed."""
+
+    env_id: str = "CartPole-v1"
+    """A gymnasium id (``"module:Id"`` imports the module that registers it first)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """How the run is driven, logged, evaluated and checkpointed."""
+    manager: ManagerConfig = field(default_factory=lambda: ManagerConfig(num_agents=8))
+    """Agents and runtime (``manager.seed`` is replaced by ``seed``)."""
+    net: NetConfig = field(default_factory=NetConfig)
+    """Hidden layers of the default model's heads."""
+    seed: Annotated[int, Ge(0)] = 0
+    """Seeds the initial parameters, the algorithm's sampling and exploration, and the agents' envs."""
+    stop_at_reward_threshold: bool = True
+    """When ``train.stop_value`` is None, stop at the env's registered ``reward_threshold`` (if it has one)."""
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+
+@dataclass
+class OnPolicyRunConfig(_RunConfig):
+    """A PPO or A2C run on any env: agents send ``sample_interval`` steps each per learning call."""
+
+    sample_interval: Annotated[int, Ge(1)] = 256
+    """Steps each agent collects per learning call (RL-Zoo's ``n_steps``)."""
+
+
+@dataclass
+class PPORunConfig(OnPolicyRunConfig):
+    """PPO on any env with SB3/RL-Zoo's defaults: 8 agents x 256 steps, 10 epochs of 64-sample minibatches."""
+
+    train: TrainConfig = field(default_factory=lambda: _train_config("ppo", 1_000_000))
+    """How the run is driven, logged, evaluated and checkpointed."""
+    ppo: PPOConfig = field(
+        default_factory=lambda: PPOConfig(lr=3e-4, gamma=0.99, gae_lambda=0.95, epochs=10, minibatch_size=64)
+    )
+    """PPO settings (``ppo.seed`` is replaced by ``seed``)."""
+
+
+@dataclass
+class A2CRunConfig(OnPolicyRunConfig):
+    """A2C on any env with SB3's defaults: 8 agents x 5 steps per update."""
+
+    train: TrainConfig = field(default_factory=lambda: _train_config("a2c", 1_000_000))
+    """How the run is driven, logged, evaluated and checkpointed."""
+    sample_interval: Annotated[int, Ge(1)] = 5
+    """Steps each agent collects per learning call (SB3's ``n_steps``)."""
+    a2c: A2CConfig = field(default_factory=lambda: A2CConfig(lr=7e-4, gae_lambda=1.0, entropy_coef=0.0))
+    """A2C settings."""
+
+
+def _replay(capacity: int, batch_size: int, learning_starts: int, learn_every: int, n_step: int = 1) -> Any:
+    gamma = 0.99 if n_step > 1 else None  # the discount of the n-step sums: the algorithm's gamma
+    return lambda: ExpReplayConfig(
+        capacity=capacity,
+        batch_size=batch_size,
+        learning_starts=learning_starts,
+        learn_every=learn_every,
+        n_step=n_step,
+        gamma=gamma,
+    )
+
+
+@dataclass
+class OffPolicyRunConfig(_RunConfig):
+    """An off-policy run on any env: one replay buffer per agent, each agent's requests learned in turn."""
+
+    manager: ManagerConfig = field(default_factory=lambda: ManagerConfig(num_agents=4))
+    """Agents and runtime (``manager.seed`` is replaced by ``seed``)."""
+    net: NetConfig = field(default_factory=lambda: NetConfig((256, 256), "relu"))
+    """Hidden layers of the default model's heads."""
+    replay: ExpReplayConfig = field(default_factory=_replay(50_000, 256, 250, 1))
+    """Each agent's replay buffer and learning requests (sizes per agent; ``replay.seed`` derives from ``seed``)."""
+    requests_per_learn: Annotated[int, Ge(1)] = 1
+    """Agents' learning requests merged into one learning call."""
+
+
+@dataclass
+class DQNRunConfig(OffPolicyRunConfig):
+    """DQN on any env with RL-Zoo's CartPole schedule: per 64 steps each of 4 agents sends 2,048 replayed rows,
+    4 requests make one call of 128 gradient steps of 64 rows; 3-step returns."""
+
+    train: TrainConfig = field(default_factory=lambda: _train_config("dqn", 500_000))
+    """How the run is driven, logged, evaluated and checkpointed."""
+    replay: ExpReplayConfig = field(default_factory=_replay(25_000, 2_048, 250, 64, n_step=3))
+    """Each agent's replay buffer and learning requests (sizes per agent; ``replay.seed`` derives from ``seed``;
+    ``replay.gamma``, the discount of the 3-step sums, is ``dqn.gamma``)."""
+    requests_per_learn: Annotated[int, Ge(1)] = 4
+    """Agents' learning requests merged into one learning call."""
+    dqn: DQNConfig = field(
+        default_factory=lambda: DQNConfig(
+            lr=2.3e-3,
+            double_q=False,
+            target_update_interval=32,
+            epsilon_end=0.04,
+            epsilon_decay_samples=8_000,
+            minibatch_size=64,
+        )
+    )
+    """DQN settings (``dqn.seed`` is replaced by ``seed``)."""
+
+
+@dataclass
+class TD3RunConfig(OffPolicyRunConfig):
+    """TD3 on any env with a Box action space: one gradient step of 256 rows per env step."""
+
+    train: TrainConfig = field(default_factory=lambda: _train_config("td3", 1_000_000))
+    """How the run is driven, logged, evaluated and checkpointed."""
+    td3: TD3Config = field(default_factory=lambda: TD3Config(random_action_samples=1_000))
+    """TD3 settings (the action bounds come from the env; ``td3.seed`` is replaced by ``seed``)."""
+
+
+@dataclass
+class DDPGRunConfig(OffPolicyRunConfig):
+    """DDPG on any env with a Box action space: one gradient step of 256 rows per env step."""
+
+    train: TrainConfig = field(default_factory=lambda: _train_config("ddpg", 1_000_000))
+    """How the run is driven, logged, evaluated and checkpointed."""
+    ddpg: DDPGConfig = field(default_factory=lambda: DDPGConfig(random_action_samples=1_000))
+    """DDPG settings (the action bounds come from the env; ``ddpg.seed`` is replaced by ``seed``)."""
+
+
+@dataclass
+class SACRunConfig(OffPolicyRunConfig):
+    """SAC on any env with a Box action space: one gradient step of 256 rows per env step."""
+
+    train: TrainConfig = field(default_factory=lambda: _train_config("sac", 1_000_000))
+    """How the run is driven, logged, evaluated and checkpointed."""
+    sac: SACConfig = field(
+        default_factory=lambda: SACConfig(lr_actor=1e-3, lr_critic=1e-3, lr_alpha=1e-3, random_action_samples=1_000)
+    )
+    """SAC settings (the action bounds come from the env; ``sac.seed`` is replaced by ``seed``)."""
+
+
+def _spaces(env_id: str) -> tuple[gym.Space, gym.Space]:
+    try:
+        env = gym.make(env_id)
+    except gym.error.Error as exc:  # an unknown id, a missing extra such as box2d
+        raise ValueError(f"env_id {env_id!r}: {exc}") from exc
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def _algorithm(config: Any, observation: gym.Space, action: gym.Space) -> Algorithm:
+    """The algorithm of a run config, with the default model of its family and the run's seed."""
+    net, seed = config.net, config.seed
+    model: Callable[[], Model]
+    if isinstance(config, PPORunConfig):
+        model = lambda: ActorCriticModel(observation, action, net)  # noqa: E731
+        return PPO(model, dataclasses.replace(config.ppo, seed=seed))
+    if isinstance(config, A2CRunConfig):
+        return A2C(lambda: ActorCriticModel(observation, action, net), config.a2c)
+    if isinstance(config, DQNRunConfig):
+        return DQN(lambda: QNetworkModel(observation, action, net), dataclasses.replace(config.dqn, seed=seed))
+    if isinstance(config, TD3RunConfig):
+        model = lambda: DeterministicActorCriticModel(observation, action, net)  # noqa: E731
+        return TD3(model, dataclasses.replace(config.td3, seed=seed))
+    if isinstance(config, DDPGRunConfig):
+        model = lambda: DeterministicActorCriticModel(observation, action, net, twin=False)  # noqa: E731
+        return DDPG(model, dataclasses.replace(config.ddpg, seed=seed))
+    if isinstance(config, SACRunConfig):
+        return SAC(
+            lambda: SquashedGaussianActorCriticModel(observation, action, net),
+            dataclasses.replace(config.sac, seed=seed),
+        )
+    raise TypeError(f"no algorithm for a config of type {type(config).__name__}")
+
+
+def _check_n_step_discount(config: DQNRunConfig) -> None:
+    replay, gamma = config.replay, config.dqn.gamma
+    if replay.n_step > 1 and replay.gamma != gamma:
+        raise ValueError(
+            f"replay.gamma ({replay.gamma}) discounts the {replay.n_step}-step sums and must equal dqn.gamma "
+            f"({gamma}); set both, e.g. --set replay.gamma={gamma}"
+        )
+
+
+def build(config: OnPolicyRunConfig | OffPolicyRunConfig) -> Manager:
+    """The Manager of a run: the default model of the env's spaces, one batched task, GymAgents."""
+    env_id, seed = config.env_id, config.seed
+    if isinstance(config, DQNRunConfig):
+        _check_n_step_discount(config)
+    observation, action = _spaces(env_id)
+    paddle.seed(seed)  # the initial parameters
+    algorithm = _algorithm(config, observation, action)
+    n = config.manager.num_agents
+    task: TaskConfig
+    if isinstance(config, OnPolicyRunConfig):
+        task = TaskConfig(
+            "RL",
+            algorithm=algorithm,
+            helper=OnPolicyHelper,
+            helper_config=OnPolicyConfig(sample_interval=config.sample_interval),
+            wrapper=WrapperConfig(min_train_batch_size=n * config.sample_interval, train_max_wait_s=0.05),
+        )
+    else:
+        rows = config.requests_per_learn * config.replay.batch_size
+        task = TaskConfig(
+            "RL",
+            algorithm=algorithm,
+            helper=_SeededReplayHelper(seed),
+            helper_config=config.replay,
+            wrapper=WrapperConfig(min_train_batch_size=rows, max_train_batch_size=rows, train_max_wait_s=0.002),
+        )
+    manager_config = dataclasses.replace(config.manager, seed=seed * 1_000)
+    return Manager([task], GymAgent, lambda i: gym.make(env_id), manager_config)
+
+
+@dataclass(frozen=True)
+class _SeededReplayHelper:
+    """Makes each agent's ExpReplayHelper with a sampling seed of its own, derived from the run's seed."""
+
+    seed: int
+
+    def __call__(self, name: str, comm: Communicator, config: ExpReplayConfig) -> AgentHelper:
+        return ExpReplayHelper(name, comm, dataclasses.replace(config, seed=self.seed * 100_003 + comm.agent_id))
+
+
+def prepare(config: Any) -> Any:
+    """The config a run uses: ``train.stop_value`` from the env's ``reward_threshold`` when unset."""
+    if config.train.stop_value is not None or not config.stop_at_reward_threshold:
+        return config
+    threshold = gym.spec(config.env_id).reward_threshold
+    if threshold is None:
+        return config
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, stop_value=float(threshold)))
+
+
+def eval_env(config: Any) -> Callable[[], gym.Env]:
+    """A factory of evaluation envs: the training env."""
+    env_id = config.env_id
+    return lambda: gym.make(env_id)
+
+
+def _experiment(name: str, config_class: type, description: str) -> Experiment:
+    return Experiment(name, config_class, build, eval_env, description=description, prepare=prepare)
+
+
+PPO_ANY_ENV = _experiment("ppo", PPORunConfig, "PPO on any env (--env ID): Discrete, MultiDiscrete or Box actions")
+A2C_ANY_ENV = _experiment("a2c", A2CRunConfig, "A2C on any env (--env ID): Discrete, MultiDiscrete or Box actions")
+DQN_ANY_ENV = _experiment("dqn", DQNRunConfig, "DQN on any env with Discrete actions (--env ID)")
+TD3_ANY_ENV = _experiment("td3", TD3RunConfig, "TD3 on any env with Box actions (--env ID)")
+DDPG_ANY_ENV = _experiment("ddpg", DDPGRunConfig, "DDPG on any env with Box actions (--env ID)")
+SAC_ANY_ENV = _experiment("sac", SACRunConfig, "SAC on any env with Box actions (--env ID)")
+
+
+def train(
+    algorithm: str,
+    env_id: str,
+    max_steps: int | None = None,
+    run_dir: str | None = None,
+    overrides: Sequence[str] = (),
+) -> TrainSummary:
+    """Train ``algorithm`` (``"ppo"``, ``"a2c"``, ``"dqn"``, ``"td3"``, ``"ddpg"``, ``"sac"``) on ``env_id`` with
+    its defaults, as ``parl train <algorithm> --env <env_id>`` does; ``overrides`` are ``--set`` strings."""
+    experiment = resolve_experiment(algorithm)
+    config = apply_overrides(experiment.default_config(), [f"env_id={env_id}", *overrides])
+    train_config = config.train
+    if max_steps is not None:
+        train_config = dataclasses.replace(train_config, max_steps=max_steps)
+    if run_dir is not None:
+        train_config = dataclasses.replace(train_config, run_dir=run_dir)
+    return train_experiment(algorithm, experiment, dataclasses.replace(config, train=train_config))
