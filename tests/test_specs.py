@@ -79,7 +79,9 @@ def test_predict_extra_field(task: ComputationTask) -> None:
 def test_predict_nan_is_rejected(task: ComputationTask) -> None:
     obs = _obs()
     obs[3, 1] = np.nan
-    with pytest.raises(SpecError, match=_exact("task 'RL', inputs field 'obs': contains NaN or inf")):
+    with pytest.raises(
+        SpecError, match=_exact("task 'RL', inputs field 'obs': expected finite values, got NaN or inf")
+    ):
         task.predict({"obs": obs})
     obs[3, 1] = np.inf
     with pytest.raises(SpecError, match="allow_nan=False"):
@@ -171,7 +173,9 @@ def test_learn_extra_field(task: ComputationTask) -> None:
 def test_learn_nan_reward(task: ComputationTask) -> None:
     reward = np.ones(8, np.float32)
     reward[5] = np.nan
-    with pytest.raises(SpecError, match=_exact("task 'RL', rewards field 'reward': contains NaN or inf")):
+    with pytest.raises(
+        SpecError, match=_exact("task 'RL', rewards field 'reward': expected finite values, got NaN or inf")
+    ):
         task.learn(_batch(rewards={"reward": reward}))
 
 
@@ -498,7 +502,7 @@ def test_float_narrowing_overflow_is_not_called_nan() -> None:
         SpecError, match=r"'obs': values out of the float32 range \(a finite float64 value of magnitude 1e\+39"
     ):
         check_fields({"obs": np.array([[1e39, 0.0]])}, spec, task="RL", group="inputs")
-    with pytest.raises(SpecError, match="contains NaN or inf"):
+    with pytest.raises(SpecError, match="expected finite values, got NaN or inf"):
         check_fields({"obs": np.array([[np.nan, 0.0]])}, spec, task="RL", group="inputs")
     nan_ok = [FieldSpec("obs", (2,), "float32", allow_nan=True)]
     with pytest.raises(SpecError, match="values out of the float32 range"):

@@ -37,11 +37,19 @@ class GymAgent(Agent):
                 helper.store_final({"obs": obs}, step.terminated)
                 return self.episode_return
 
+    With a ``Box`` action space, each action is clipped to the space's bounds
+    before ``env.step`` (as SB3 does for Gaussian policies); the helper stores
+    the action the task predicted, unclipped, so its log-probability still
+    matches it. An action of another shape than the space's is passed on
+    unclipped, and the check below names it.
+
     Besides :meth:`Agent.env_step`'s check of each action of the first
-    episode against the env's action space, with a ``Discrete`` space the width of
-    the prediction's ``q`` or ``logits`` extras (the model's output count, where
-    the prediction carries them) must equal the env's action count. Flags of an
-    env step that are not bool-like fail (``env_flags``).
+    episode against the env's action space (done on the clipped action), with a
+    ``Discrete`` space the width of the prediction's ``q`` or ``logits`` extras
+    (the model's output count, where the prediction carries them) must equal
+    the env's action count, and with a ``MultiDiscrete`` or ``MultiBinary`` space
+    the width of ``logits`` its total choice count. Flags of an env step that are
+    not bool-like fail (``env_flags``).
     """
 
     task_name = "RL"
@@ -69,14 +77,21 @@ class GymAgent(Agent):
                 f"{[s.name for s in helper.input_specs]} and {[s.name for s in helper.action_specs]}"
             )
         self._obs_spec = helper.input_specs[0]
+        space = getattr(env, "action_space", None)
+        self._action_box = space if isinstance(space, gym.spaces.Box) else None
+        """The env's ``Box`` action space, whose bounds each action is clipped to (None: no clipping)."""
 
     def run_one_episode(self) -> float:
         helper = self.helpers[self.task_name]
         key, dtype = self._obs_spec.name, self._obs_spec.np_dtype
         act, env_step, store_step = helper.act, self.env_step, helper.store_step
+        box = self._action_box
         obs = np.asarray(self.reset_env(), dtype=dtype)
         while True:
-            step = env_step(act(obs))
+            action = act(obs)
+            if box is not None and np.shape(action) == box.shape:  # another shape: env_step's check names it
+                action = np.clip(action, box.low, box.high)
+            step = env_step(action)
             store_step(step.reward)
             obs = step.obs
             if type(obs) is not np.ndarray or obs.dtype != dtype:
@@ -91,7 +106,8 @@ class GymAgent(Agent):
     def _check_first_action(self, action: Any) -> None:
         """The first action against the env's action space, and, for a ``Discrete`` space, the model's
         output count (the width of the prediction's ``q`` or ``logits`` extras) against its action count:
-        a model with too many outputs fails only when it picks one the env lacks, one with too few never."""
+        a model with too many outputs fails only when it picks one the env lacks, one with too few never.
+        For a ``MultiDiscrete`` or ``MultiBinary`` space, the width of ``logits`` against its choices."""
         space = getattr(self.env, "action_space", None)
         if space is None:
             return
@@ -110,5 +126,21 @@ class GymAgent(Agent):
                     f"action space {space} has {int(space.n)} actions; give the model's last layer {int(space.n)} "
                     "outputs"
                 )
+            choices = _choices(space)
+            if choices is not None and name == "logits" and width != sum(choices):
+                raise ValueError(
+                    f"{where}: the model has {width} logits (the width of its prediction's 'logits') but the env's "
+                    f"action space {space} has sub-actions of {list(choices)} choices, {sum(choices)} in all; give "
+                    f"the model action_nvec = {tuple(choices)} and {sum(choices)} outputs"
+                )
             break
         check_env_action(action, space, where, outputs)
+
+
+def _choices(space: Any) -> tuple[int, ...] | None:
+    """The choices of each sub-action of a ``MultiDiscrete`` or ``MultiBinary`` space, else None."""
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return tuple(int(n) for n in np.asarray(space.nvec).reshape(-1))
+    if isinstance(space, gym.spaces.MultiBinary):
+        return (2,) * int(np.prod(space.shape))
+    return None

@@ -9,12 +9,8 @@ import numpy as np
 import paddle
 from annotated_types import Ge, Gt, Interval
 
-from parl.algorithms.functional import (
-    categorical_entropy,
-    categorical_log_prob,
-    check_action_indices,
-    gae_advantages,
-)
+from parl.algorithms.distributions import action_distribution
+from parl.algorithms.functional import gae_advantages
 from parl.algorithms.optim import FusedAdam
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
 from parl.framework.model import Model
@@ -42,23 +38,30 @@ class A2CConfig:
     """Clip the global gradient norm to this value (0 disables)."""
     normalize_advantages: bool = True
     """Standardise advantages within each learning batch."""
+    seed: Annotated[int, Ge(0)] | None = None
+    """Seed of action sampling."""
 
     def __post_init__(self) -> None:
         check_config(self)
 
 
 class A2C(Algorithm):
-    """Synchronous advantage actor-critic over discrete actions.
+    """Synchronous advantage actor-critic over discrete, multi-discrete or box actions.
 
-    The model provides ``policy(inputs) -> logits [B, A]`` and
-    ``value(inputs) -> [B]`` (or ``[B, 1]``) and one scalar integer action.
+    The model provides ``value(inputs) -> [B]`` (or ``[B, 1]``) and a
+    ``policy`` as :class:`~parl.algorithms.ppo.PPO` describes it, for its one
+    action field: ``logits [B, n]`` (scalar integer), ``logits [B, sum(nvec)]``
+    with ``action_nvec`` (integer vector) or ``(mean [B, k], log_std)`` (float
+    vector, a diagonal Gaussian; the env side clips its samples).
     Training batches are time-ordered chunks from :class:`OnPolicyHelper`
     (``segment_end`` marks where each agent's chunk or episode ends)::
 
         algo = A2C(lambda: CartPoleActorCritic(), A2CConfig(lr=1e-3))
         task = ComputationTask("RL", algorithm=algo)
 
-    ``predict`` also returns the logits as ``extras["logits"]``.
+    ``predict`` returns the actions' log-probabilities as ``extras["logp"]``
+    and, for categorical actions, the log-softmax of the logits as
+    ``extras["logits"]`` (a Gaussian: ``mean`` and ``log_std``).
     ``learn`` reports ``loss``, ``policy_loss``, ``value_loss``, ``entropy``
     and per sample ``advantage``; an action index outside the logits' width is
     a ``ValueError``. Recurrent models (with ``state_specs``) are
@@ -68,15 +71,14 @@ class A2C(Algorithm):
     def __init__(self, model: Model | ModelFactory, config: A2CConfig | None = None) -> None:
         super().__init__(model)
         self.config = config if config is not None else A2CConfig()
-        specs = self.model.action_specs()
-        if len(specs) != 1 or specs[0].shape != () or specs[0].np_dtype.kind not in "iu":
-            raise ValueError(f"A2C needs exactly one scalar integer action field, the model declares {specs}")
-        self.action_name = specs[0].name
+        self.dist = action_distribution(self.model, "A2C")
+        self.action_name = self.dist.name
         # One fused Adam op per step, with the global-norm clip (see parl.algorithms.optim).
         self.adam = FusedAdam(
             self.model.parameters(), learning_rate=self.config.lr, max_grad_norm=self.config.max_grad_norm
         )
         self.optimizer = self.adam
+        self.rng = np.random.default_rng(self.config.seed)
         self.learn_steps = 0
 
     def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
@@ -85,7 +87,7 @@ class A2C(Algorithm):
                 f"A2C supports feed-forward models only, but {type(model).__name__} declares recurrent states "
                 f"{[s.name for s in model.state_specs()]}; use PPO, which unrolls recurrent models"
             )
-        model.policy(inputs)  # type: ignore[operator]
+        action_distribution(model, "A2C").check_output(model.policy(inputs), model)  # type: ignore[operator]
         model.value(inputs)  # type: ignore[operator]
 
     def _value(self, inputs: Tensors) -> paddle.Tensor:
@@ -93,17 +95,9 @@ class A2C(Algorithm):
         return v.reshape([-1])
 
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
-        logits = self.model.policy(inputs)  # type: ignore[operator]
-        logits_np = logits.numpy()
-        if explore:
-            probs = paddle.nn.functional.softmax(logits, axis=-1).numpy().astype(np.float64)
-            cum = probs.cumsum(axis=-1)
-            u = np.random.random((probs.shape[0], 1)) * cum[:, -1:]
-            action = (u > cum).sum(axis=-1).clip(max=probs.shape[1] - 1)
-        else:
-            action = logits_np.argmax(axis=-1)
-        # The logits as extras: their width is the model's action count (GymAgent checks it against the env).
-        return Prediction(actions={self.action_name: action.astype(np.int64)}, extras={"logits": logits_np})
+        params = self.dist.params(self.model.policy(inputs))  # type: ignore[operator]
+        sample = self.dist.act(params, self.rng if explore else None)
+        return Prediction(actions={self.action_name: sample.action}, extras={"logp": sample.logp, **sample.extras})
 
     def advantages(self, batch: TrainingBatch) -> tuple[paddle.Tensor, np.ndarray, np.ndarray]:
         """Values, GAE advantages and value targets of a batch (no gradient through the targets).
@@ -129,18 +123,19 @@ class A2C(Algorithm):
         c = self.config
         v_t, adv, returns = self.advantages(batch)
         adv_used = (adv - adv.mean()) / (adv.std() + 1e-8) if c.normalize_advantages and adv.size > 1 else adv
-        logits = self.model.policy(batch.inputs)  # type: ignore[operator]
-        check_action_indices(batch.actions[self.action_name], logits.shape[-1], "A2C.learn")
-        logp = categorical_log_prob(logits, batch.actions[self.action_name])
+        params = self.dist.params(self.model.policy(batch.inputs))  # type: ignore[operator]
+        actions = batch.actions[self.action_name]
+        self.dist.check_actions(actions, params)
+        logp = self.dist.log_prob(params, actions)
         policy_loss = -(logp * self.tensor("advantage", adv_used.astype(np.float32))).mean()
         value_loss = (v_t - self.tensor("returns", returns)).square().mean()
         loss = policy_loss + c.value_coef * value_loss
         if c.entropy_coef != 0.0:
-            entropy = categorical_entropy(logits).mean()
+            entropy = self.dist.entropy(params).mean()
             loss = loss - c.entropy_coef * entropy
         else:
             with paddle.no_grad():  # reported only
-                entropy = categorical_entropy(logits.detach()).mean()
+                entropy = self.dist.entropy(params.detach()).mean()
         self.apply_gradients(loss, self.adam)
         self.learn_steps += 1
         return {

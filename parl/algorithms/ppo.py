@@ -10,14 +10,8 @@ import numpy as np
 import paddle
 from annotated_types import Ge, Gt, Interval
 
-from parl.algorithms.functional import (
-    categorical_entropy,
-    categorical_log_prob,
-    check_action_indices,
-    gae_advantages,
-    sequence_starts,
-    unroll_sequences,
-)
+from parl.algorithms.distributions import action_distribution
+from parl.algorithms.functional import gae_advantages, sequence_starts, unroll_sequences
 from parl.algorithms.optim import FusedAdam
 from parl.data.specs import FieldSpec
 from parl.framework.algorithm import Algorithm, ModelFactory, Tensors
@@ -61,9 +55,19 @@ class PPOConfig:
 
 
 class PPO(Algorithm):
-    """PPO with the clipped surrogate objective over discrete actions.
+    """PPO with the clipped surrogate objective over discrete, multi-discrete or box actions.
 
-    The model provides ``policy(inputs) -> logits [B, A]`` and ``value(inputs) -> [B]``.
+    The model provides ``value(inputs) -> [B]`` and a ``policy`` whose output
+    depends on its single action field (the distribution is chosen once, see
+    :func:`~parl.algorithms.distributions.action_distribution`):
+
+    - scalar integer (``Discrete(n)``): ``policy(inputs) -> logits [B, n]``;
+    - integer vector ``(k,)`` (``MultiDiscrete``): ``policy(inputs) -> logits
+      [B, sum(nvec)]``, with the model's attribute ``action_nvec`` (``k`` ints);
+    - float vector ``(k,)`` (``Box``): ``policy(inputs) -> (mean [B, k],
+      log_std [B, k] or [k])``, a diagonal Gaussian whose unclipped samples
+      are the actions (the env side clips them; the greedy action is the mean).
+
     ``predict`` returns the behaviour log-probability as ``extras["logp"]``,
     which :class:`OnPolicyHelper` stores with each step and sends back, so the
     ratio is taken against the policy that really acted::
@@ -71,14 +75,15 @@ class PPO(Algorithm):
         algo = PPO(lambda: CartPoleActorCritic(), PPOConfig())
         task = ComputationTask("RL", algorithm=algo)
 
-    It also returns the log-softmax of the logits as ``extras["logits"]``.
+    With categorical actions it also returns the log-softmax of the logits as
+    ``extras["logits"]``; with a Gaussian, ``extras["mean"]`` and ``extras["log_std"]``.
     ``learn`` reports ``loss``, ``policy_loss``, ``value_loss``, ``entropy``,
     ``approx_kl``, ``clip_fraction`` and per sample ``advantage``; an action
-    index outside the logits' width is a ``ValueError``.
+    index outside the logits' width (or a sub-action's ``nvec``) is a ``ValueError``.
 
     **Recurrent models.** When the model declares ``state_specs``, its methods
     take the states and return the next ones too: ``policy(inputs, states) ->
-    (logits, next_states)`` and ``value(inputs, states) -> (values,
+    (output, next_states)`` (the output as above) and ``value(inputs, states) -> (values,
     next_states)``, each step's state being what the model computed at the
     previous step. ``predict`` returns the next states, which the helper
     carries to the next step and stores with each row. ``learn`` rebuilds the
@@ -92,10 +97,8 @@ class PPO(Algorithm):
     def __init__(self, model: Model | ModelFactory, config: PPOConfig | None = None) -> None:
         super().__init__(model)
         self.config = config if config is not None else PPOConfig()
-        specs = self.model.action_specs()
-        if len(specs) != 1 or specs[0].shape != () or specs[0].np_dtype.kind not in "iu":
-            raise ValueError(f"PPO needs exactly one scalar integer action field, the model declares {specs}")
-        self.action_name = specs[0].name
+        self.dist = action_distribution(self.model, "PPO")
+        self.action_name = self.dist.name
         # One fused Adam op per step, with the global-norm clip (see parl.algorithms.optim).
         self.adam = FusedAdam(
             self.model.parameters(), learning_rate=self.config.lr, max_grad_norm=self.config.max_grad_norm
@@ -106,8 +109,9 @@ class PPO(Algorithm):
         self.recurrent = bool(self.model.state_specs())
 
     def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
+        dist = action_distribution(model, "PPO")
         if not model.state_specs():
-            model.policy(inputs)  # type: ignore[operator]
+            dist.check_output(model.policy(inputs), model)  # type: ignore[operator]
             model.value(inputs)  # type: ignore[operator]
             return
         for method in ("policy", "value"):
@@ -120,6 +124,8 @@ class PPO(Algorithm):
             missing = sorted(set(states) - set(out[1]))
             if missing:
                 raise TypeError(f"{type(model).__name__}.{method} returned next states without {missing}")
+            if method == "policy":
+                dist.check_output(out[0], model)
 
     def extra_learn_specs(self) -> list[FieldSpec]:
         return [FieldSpec("logp", (), "float32")]
@@ -135,7 +141,8 @@ class PPO(Algorithm):
     def unroll(
         self, inputs: Tensors, states: Tensors, segment_end: np.ndarray
     ) -> tuple[paddle.Tensor, dict[str, paddle.Tensor], dict[str, paddle.Tensor]]:
-        """Logits of every row of time-ordered ``inputs``, with the states before and after each row.
+        """Distribution parameters of every row of time-ordered ``inputs`` (the logits of a categorical
+        action), with the states before and after each row.
 
         A recurrent model is unrolled sequence by sequence (see
         :func:`~parl.algorithms.functional.unroll_sequences`), each sequence
@@ -143,8 +150,13 @@ class PPO(Algorithm):
         called once and the state dicts are empty.
         """
         if not self.recurrent:
-            return self.model.policy(inputs), {}, {}  # type: ignore[operator]
-        return unroll_sequences(self.model.policy, inputs, states, segment_end)  # type: ignore[arg-type]
+            return self.dist.params(self.model.policy(inputs)), {}, {}  # type: ignore[operator]
+        return unroll_sequences(self._policy_step, inputs, states, segment_end)
+
+    def _policy_step(self, inputs: Tensors, states: Tensors) -> tuple[paddle.Tensor, Mapping[str, paddle.Tensor]]:
+        """One step of a recurrent policy: (distribution parameters, next states)."""
+        out, next_states = self.model.policy(inputs, states)  # type: ignore[operator]
+        return self.dist.params(out), next_states
 
     def _minibatches(self, size: int, seg: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """One epoch's minibatches: (rows, segment ends within the minibatch), shuffled.
@@ -175,22 +187,14 @@ class PPO(Algorithm):
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
         next_states: Mapping[str, paddle.Tensor] = {}
         if self.recurrent:
-            logits, next_states = self.model.policy(inputs, states)  # type: ignore[operator]
+            out, next_states = self.model.policy(inputs, states)  # type: ignore[operator]
         else:
-            logits = self.model.policy(inputs)  # type: ignore[operator]
-        logp_all = paddle.nn.functional.log_softmax(logits, axis=-1).numpy()
-        if explore:
-            # Gumbel-max sampling: argmax(logp + Gumbel noise) ~ Categorical(softmax(logits)).
-            action = (logp_all - np.log(-np.log(self.rng.random(logp_all.shape)))).argmax(axis=-1)
-        else:
-            action = logp_all.argmax(axis=-1)
-        logp = np.take_along_axis(logp_all, action[:, None], axis=-1)[:, 0]
+            out = self.model.policy(inputs)  # type: ignore[operator]
+        sample = self.dist.act(self.dist.params(out), self.rng if explore else None)
         return Prediction(
-            actions={self.action_name: action.astype(np.int64)},
+            actions={self.action_name: sample.action},
             states=dict(next_states),
-            # "logits": the log-softmax of the policy's logits (the same distribution); their width is the
-            # model's action count, which GymAgent checks against the env's.
-            extras={"logp": logp.astype(np.float32), "logits": logp_all},
+            extras={"logp": sample.logp, **sample.extras},
         )
 
     def values(self, batch: TrainingBatch) -> tuple[paddle.Tensor, paddle.Tensor]:
@@ -255,16 +259,16 @@ class PPO(Algorithm):
                     if c.normalize_advantages and idx.size > 1:
                         mb_adv = _standardized(mb_adv)
                     mb_neg_adv = self.tensor("mb_neg_adv", -mb_adv)
-                logits, mb_states_t, _ = self.unroll(mb_inputs, mb_states, mb_seg)
+                params, mb_states_t, _ = self.unroll(mb_inputs, mb_states, mb_seg)
                 if not parts:  # once per call, on every row, before the first step uses any of them
-                    check_action_indices(actions, logits.shape[-1], "PPO.learn")
-                ratio = paddle.exp(categorical_log_prob(logits, mb_actions) - mb_old_logp)
+                    self.dist.check_actions(actions, params)
+                ratio = paddle.exp(self.dist.log_prob(params, mb_actions) - mb_old_logp)
                 # -min(r * A, clip(r) * A) = max(r * -A, clip(r) * -A)
                 policy_loss = paddle.maximum(ratio * mb_neg_adv, paddle.clip(ratio, lo, hi) * mb_neg_adv).mean()
                 value_loss = (self._value(mb_inputs, mb_states_t) - mb_returns).square().mean()
                 loss = policy_loss + c.value_coef * value_loss
                 if c.entropy_coef != 0.0:
-                    loss = loss - c.entropy_coef * categorical_entropy(logits).mean()
+                    loss = loss - c.entropy_coef * self.dist.entropy(params).mean()
                 self.apply_gradients(loss, self.adam)
                 parts.append(paddle.stack([loss.detach(), policy_loss.detach(), value_loss.detach()]))
         self.learn_steps += 1
@@ -284,12 +288,11 @@ class PPO(Algorithm):
         """
         c = self.config
         with paddle.no_grad():
-            logits, _, _ = self.unroll(batch.inputs, batch.states, seg)
-            logp_all = paddle.nn.functional.log_softmax(logits, axis=-1).numpy().astype(np.float64)
-        actions = batch.actions[self.action_name].numpy().reshape(-1)
-        log_ratio = logp_all[np.arange(actions.size), actions] - batch.extras["logp"].numpy().reshape(-1)
+            params, _, _ = self.unroll(batch.inputs, batch.states, seg)
+            logp = self.dist.log_prob(params, batch.actions[self.action_name]).numpy().astype(np.float64)
+            entropy = self.dist.entropy(params).numpy().astype(np.float64).mean()
+        log_ratio = logp - batch.extras["logp"].numpy().reshape(-1)
         ratio = np.exp(log_ratio)
-        entropy = -(np.exp(logp_all) * logp_all).sum(axis=-1).mean()
         return {
             "entropy": float(entropy),
             "approx_kl": float(((ratio - 1.0) - log_ratio).mean()),

@@ -242,7 +242,7 @@ def _check_one(
     if arr.dtype != spec.np_dtype:
         arr = _converted(arr, spec.np_dtype, where)
     if check_finite and want_kind == "f" and not spec.allow_nan and arr.size and not all_finite_array(arr):
-        raise SpecError(f"{where}: contains NaN or inf, which this field does not allow (allow_nan=False)")
+        raise SpecError(f"{where}: expected finite values, got NaN or inf (this field has allow_nan=False)")
     return arr
 
 

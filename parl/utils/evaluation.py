@@ -27,8 +27,9 @@ def evaluate_greedy(
     one batched ``predict`` per step, so evaluating 20 episodes costs about as
     many network calls as one. Episode ``i`` resets with seed ``seed + i``.
     The task's model must have exactly one input field (fed the observation)
-    and one action field (passed to ``env.step``); recurrent states are
-    carried per episode. An env of the old gym API is adapted
+    and one action field (passed to ``env.step``, clipped to the bounds of a
+    ``Box`` action space as :class:`~parl.agents.GymAgent` does); recurrent
+    states are carried per episode. An env of the old gym API is adapted
     (:func:`parl.envs.adapters.gymnasium_api`).
 
     Example::
@@ -47,6 +48,8 @@ def evaluate_greedy(
     act_name = task.action_specs[0].name
     width = min(episodes, num_envs or episodes)
     envs = [gymnasium_api(make_env()) for _ in range(width)]  # an old gym env is adapted
+    space = getattr(envs[0], "action_space", None)
+    box = space if isinstance(space, gym.spaces.Box) else None  # greedy Box actions are clipped to its bounds
     returns = np.zeros(episodes, dtype=np.float64)
     try:
         next_episode = 0
@@ -75,8 +78,11 @@ def evaluate_greedy(
             pred = task.predict(batch, st if task.state_specs else None, explore=False)
             for k, v in pred.states.items():
                 states[k][active] = v
+            actions = pred.actions[act_name]
+            if box is not None and np.shape(actions)[1:] == box.shape:
+                actions = np.clip(actions, box.low, box.high)
             for row, j in enumerate(active):
-                o, r, terminated, truncated, _ = envs[j].step(pred.actions[act_name][row])
+                o, r, terminated, truncated, _ = envs[j].step(actions[row])
                 episode = slots[j]
                 assert episode is not None
                 returns[episode] += float(r)
