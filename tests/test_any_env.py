@@ -33,6 +33,7 @@ def test_algorithm_names_and_experiment_names_do_not_collide() -> None:
     ("algorithm", "env_id", "overrides"),
     [
         ("ppo", "CartPole-v1", [*QUICK, "sample_interval=32", "manager.num_agents=4"]),
+        ("ppo", "Pendulum-v1", [*QUICK, "sample_interval=32", "manager.num_agents=4"]),  # a Gaussian policy
         ("a2c", "CartPole-v1", [*QUICK, "manager.num_agents=4"]),
         ("dqn", "CartPole-v1", [*OFF_POLICY_QUICK, "replay.learn_every=16", "requests_per_learn=1"]),
         ("td3", "Pendulum-v1", [*OFF_POLICY_QUICK, "td3.random_action_samples=100"]),
@@ -122,3 +123,17 @@ def test_a_user_registered_env_trains_by_its_id(tmp_path: Path) -> None:
     finally:
         gym.registry.pop("TestChain-v0")
     assert summary.counters.episodes >= 10
+
+
+def test_env_applies_the_values_tuned_for_that_env_before_the_overrides() -> None:
+    experiment = resolve_experiment("ppo")
+    tuned = experiment.for_env(experiment.default_config(), "LunarLander-v3")
+    assert (tuned.env_id, tuned.manager.num_agents, tuned.sample_interval, tuned.ppo.gamma) == (
+        "LunarLander-v3",
+        16,
+        1024,
+        0.999,
+    )
+    plain = experiment.for_env(experiment.default_config(), "Acrobot-v1")
+    assert plain.ppo == experiment.default_config().ppo  # nothing tuned: the algorithm's defaults
+    assert parl.training.overrides.apply_overrides(tuned, ["ppo.gamma=0.99"]).ppo.gamma == 0.99

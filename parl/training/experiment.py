@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from parl.manager import Manager
+from parl.training.overrides import apply_overrides
 from parl.training.trainer import Trainer, TrainSummary
 
 __all__ = ["ALGORITHMS", "Experiment", "EXPERIMENTS", "resolve_experiment", "train_experiment"]
@@ -45,6 +46,8 @@ class Experiment:
     eval_task: str = "RL"
     """The task whose greedy policy is evaluated."""
     description: str = ""
+    env_defaults: Callable[[str], Sequence[str]] | None = None
+    """Overrides tuned for an env id (RL-Zoo's table of hyperparameters), applied by :meth:`for_env` with the id."""
     prepare: Callable[[Any], Any] | None = None
     """Completes a config before a run, after every override (for example the stop value from the env's
     reward threshold); the run saves and resumes the completed config. None: used as it is."""
@@ -59,6 +62,17 @@ class Experiment:
 
     def default_config(self) -> Any:
         return self.config_class()
+
+    def for_env(self, config: Any, env_id: str) -> Any:
+        """``config`` on the env ``env_id`` (its ``env_id`` field), with the values tuned for that env if any;
+        what ``parl train NAME --env ID`` uses before ``--set`` and the field flags."""
+        if "env_id" not in {f.name for f in dataclasses.fields(config)}:
+            raise ValueError(
+                f"--env: the config of {self.name!r} ({type(config).__name__}) has no env_id field; "
+                f"'parl train {self.name} --help' lists its fields, 'parl list' the algorithms that take --env"
+            )
+        tuned = list(self.env_defaults(env_id)) if self.env_defaults is not None else []
+        return apply_overrides(dataclasses.replace(config, env_id=env_id), tuned)
 
     def prepared(self, config: Any) -> Any:
         """``config`` completed by :attr:`prepare` (itself when there is none)."""
