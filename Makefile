@@ -12,9 +12,9 @@ $(STAMP): setup.py pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,plot]"
 	touch $(STAMP)
 
-# The tests also cover the Ray runtime, PettingZoo envs and the built docs site, so they install those extras.
+# The tests also cover the Ray runtime, PettingZoo envs, W&B (offline), videos, the built docs site and (slow) LunarLander, so they install those extras.
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[test,plot,ray,pettingzoo,docs,wandb,video]"
+	$(PY) -m pip install --quiet -e ".[test,plot,ray,pettingzoo,docs,wandb,video,box2d]"
 	touch $(TEST_STAMP)
 
 demo: $(STAMP)

@@ -137,3 +137,21 @@ def test_env_applies_the_values_tuned_for_that_env_before_the_overrides() -> Non
     plain = experiment.for_env(experiment.default_config(), "Acrobot-v1")
     assert plain.ppo == experiment.default_config().ppo  # nothing tuned: the algorithm's defaults
     assert parl.training.overrides.apply_overrides(tuned, ["ppo.gamma=0.99"]).ppo.gamma == 0.99
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize(
+    ("algorithm", "env_id", "max_steps", "target"),
+    [
+        ("ppo", "Acrobot-v1", 200_000, -100.0),
+        ("sac", "Pendulum-v1", None, -200.0),
+        ("dqn", "CartPole-v1", None, 475.0),
+        ("ppo", "LunarLander-v3", None, 200.0),
+    ],
+)
+def test_the_defaults_solve_the_issue_targets(
+    algorithm: str, env_id: str, max_steps: int | None, target: float, tmp_path: Path
+) -> None:
+    summary = parl.train(algorithm, env_id, max_steps=max_steps, run_dir=str(tmp_path / "run"))
+    assert summary.best_eval >= target, (summary.best_eval, summary.counters)

@@ -76,11 +76,13 @@ def test_the_wheel_ships_the_experiments_and_its_type_hints(installed: tuple[Pat
     assert not any(n.startswith(("examples/", "tests/", "benchmarks/")) for n in names)
 
 
-def _train_and_plot(installed: tuple[Path, Path, dict[str, str]], args: list[str], timeout: float) -> tuple[Path, str]:
-    """``parl train ARGS --run-dir runs/<name>`` then ``parl plot`` from the wheel: the run directory and what
+def _train_and_plot(
+    installed: tuple[Path, Path, dict[str, str]], name: str, args: list[str], timeout: float
+) -> tuple[Path, str]:
+    """``parl train ARGS --run-dir runs/NAME`` then ``parl plot`` from the wheel: the run directory and what
     ``parl train`` printed."""
     bin_dir, work, env = installed
-    run_dir = work / "runs" / "_".join(a for a in args[:3] if not a.startswith("-")).replace("/", "_")
+    run_dir = work / "runs" / name
     trained = _run(
         [str(bin_dir / "parl"), "train", *args, "--run-dir", str(run_dir)], cwd=work, env=env, timeout=timeout
     )
@@ -114,7 +116,7 @@ def test_parl_list_and_train_work_from_the_wheel_outside_the_checkout(
     assert "unavailable" not in listed.stdout
     # The fast version of the slow test below: an algorithm on an env by id, a tiny budget.
     quick = ["--set", "train.max_steps=1200", "--set", "train.eval_every=600", "--set", "train.eval_episodes=2"]
-    run_dir, _ = _train_and_plot(installed, ["dqn", "--env", "CartPole-v1", *quick], timeout=240)
+    run_dir, _ = _train_and_plot(installed, "quick_dqn", ["dqn", "--env", "CartPole-v1", *quick], timeout=240)
     scalars = _tensorboard_scalars(run_dir)
     assert len(scalars["eval/mean_return"]) == 2
     assert scalars["train/env_steps"][-1] >= 1200
@@ -124,11 +126,11 @@ def test_parl_list_and_train_work_from_the_wheel_outside_the_checkout(
 @pytest.mark.timeout(1800)
 def test_the_wheel_solves_acrobot_with_ppo_and_cartpole_with_dqn(installed: tuple[Path, Path, dict[str, str]]) -> None:
     """The issue's acceptance: from a fresh venv, with the algorithms' defaults and an env id only."""
-    for args, solved_at in (
-        (["ppo", "--env", "Acrobot-v1", "--set", "train.max_steps=200000"], -100.0),
-        (["dqn", "--env", "CartPole-v1"], 475.0),
+    for name, args, solved_at in (
+        ("ppo_acrobot", ["ppo", "--env", "Acrobot-v1", "--set", "train.max_steps=200000"], -100.0),
+        ("dqn_cartpole", ["dqn", "--env", "CartPole-v1"], 475.0),
     ):
-        run_dir, printed = _train_and_plot(installed, args, timeout=1500)
+        run_dir, printed = _train_and_plot(installed, name, args, timeout=1500)
         assert "solved: True" in printed, printed
         assert json.loads((run_dir / "config.json").read_text())["config"]["train"]["stop_value"] == solved_at
         assert max(_tensorboard_scalars(run_dir)["eval/mean_return"]) >= solved_at

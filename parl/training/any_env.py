@@ -321,6 +321,10 @@ TUNED: dict[tuple[str, str], tuple[str, ...]] = {
         "ppo.epochs=4",
         "ppo.entropy_coef=0.01",
     ),
+    # Pendulum-v1 is registered without a reward threshold: RL-Zoo's budget, the best model kept.
+    ("sac", "Pendulum-v1"): ("train.max_steps=20000",),
+    ("td3", "Pendulum-v1"): ("train.max_steps=20000",),
+    ("ddpg", "Pendulum-v1"): ("train.max_steps=20000",),
 }
 """Values tuned for an (algorithm, env id), as in RL-Zoo's hyperparameter files: ``--env ID`` (and :func:`train`)
 apply them before ``--set`` and the field flags, so those still change them; ``--show-config`` prints them."""

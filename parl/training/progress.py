@@ -2,13 +2,13 @@
 
 On a terminal a ``rich.progress`` bar is redrawn at most every ``min_interval_s``: steps done of the total,
 steps/s, elapsed time, ETA, the recent return and any extra figures. Elsewhere (a log file, CI, ``nohup``)
-the same figures come as a plain line (``render_line``) every ``line_interval_s``, so a run without a
-terminal still shows that it advances; ``enabled=False`` silences it, ``True`` forces the bar::
+the same columns are printed as one plain line (no colour, no cursor movement) every ``line_interval_s``, so
+a run without a terminal still shows that it advances; ``enabled=False`` silences it, ``True`` forces the bar::
 
     with ProgressBar(total_steps=50_000) as bar:
         for steps, mean_return in training_loop():
             bar.update(steps, recent_return=mean_return, extra={"loss": 0.12})
-    # plain: [###############...............]  50%  25,000/50,000  1,234 steps/s  return 187.3  ETA 0:00:20  loss 0.12
+    # plain: ━━━━━━━━━━━━╸         50% 25000/50000 env steps 1,234 steps/s 0:00:31 ETA 0:00:20 return 187.2  loss 0.12
 
 Both show ``rich``'s steps/s: its average over the last 30 s.
 """
@@ -28,74 +28,16 @@ from rich.console import Console
 from rich.table import Column
 from rich.text import Text
 
-__all__ = ["MAX_WIDTH", "ProgressBar", "format_eta", "render_line"]
+__all__ = ["PLAIN_WIDTH", "ProgressBar"]
 
 logger = logging.getLogger(__name__)
 
-MAX_WIDTH = 100
-"""No plain line is longer than this many characters."""
-_BAR_MAX, _BAR_MIN = 30, 5
-
-
-def format_eta(seconds: float) -> str:
-    """``h:mm:ss`` (hours not capped), e.g. ``format_eta(3725) == "1:02:05"``; ``--:--:--`` if not finite."""
-    if not math.isfinite(seconds):
-        return "--:--:--"
-    total = max(0, round(seconds))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}"
+PLAIN_WIDTH = 120
+"""Width of a plain line: the bar shrinks to fit the figures in it."""
 
 
 def _figure(name: str, value: float) -> str:
     return f"{name} {value:.4g}" if math.isfinite(value) else f"{name} {value}"
-
-
-def render_line(
-    steps: int,
-    total_steps: int | None,
-    steps_per_s: float | None,
-    recent_return: float | None = None,
-    extra: Mapping[str, float] | None = None,
-    width: int = MAX_WIDTH,
-) -> str:
-    """One plain progress line of at most ``min(width, MAX_WIDTH)`` characters.
-
-    The bar (when ``total_steps`` is known) shrinks to fit, then whole ``extra`` items are left out.
-
-    >>> render_line(25_000, 50_000, 1234.0, 187.25, width=80)
-    '[########........]  50%  25,000/50,000  1,234 steps/s  return 187.2  ETA 0:00:20'
-    """
-    width = max(1, min(width, MAX_WIDTH))
-    rate = steps_per_s if steps_per_s is not None and math.isfinite(steps_per_s) and steps_per_s > 0 else None
-    parts = [f"{steps:,}" if total_steps is None else f"{steps:,}/{total_steps:,}"]
-    parts.append("-- steps/s" if rate is None else f"{rate:,.0f} steps/s")
-    if recent_return is not None:
-        parts.append(_figure("return", recent_return))
-    extras = [_figure(name, value) for name, value in (extra or {}).items()]
-    if total_steps is None or total_steps <= 0:
-        return _join_fitting("  ".join(parts), extras, width)[:width]
-    fraction = min(1.0, max(0.0, steps / total_steps))
-    remaining = max(0, total_steps - steps)
-    eta = 0.0 if remaining == 0 else (math.inf if rate is None else remaining / rate)
-    text = "  ".join([f"{fraction:.0%}", *parts, f"ETA {format_eta(eta)}"])
-    full = "  ".join([text, *extras])
-    bar_width = min(_BAR_MAX, width - len(full) - 4)  # "[" bar "]  "
-    if bar_width < _BAR_MIN:
-        bar_width = min(_BAR_MAX, width - len(text) - 4)
-    if bar_width >= _BAR_MIN:
-        filled = round(bar_width * fraction)
-        text = f"[{'#' * filled}{'.' * (bar_width - filled)}]  {text}"
-    return _join_fitting(text, extras, width)[:width]
-
-
-def _join_fitting(text: str, items: list[str], width: int) -> str:
-    """``text`` followed by as many of ``items`` as fit in ``width``, in order."""
-    for item in items:
-        if len(text) + 2 + len(item) > width:
-            break
-        text = f"{text}  {item}"
-    return text
 
 
 class _RateColumn(rp.ProgressColumn):
@@ -140,16 +82,16 @@ class ProgressBar:
         self._enabled = enabled is not False
         self._plain = enabled is None and not (_isatty(self._stream) and console.is_interactive)
         self._interval_s = line_interval_s if self._plain else min_interval_s
-        self._total = total_steps
         fixed = Column(no_wrap=True)  # the bar and the figures shrink on a narrow terminal, not these
         columns: list[str | rp.ProgressColumn] = [rp.BarColumn(), rp.TaskProgressColumn(table_column=fixed)]
-        columns += [rp.MofNCompleteColumn(table_column=fixed), _RateColumn(table_column=fixed)]
+        columns += [rp.MofNCompleteColumn(table_column=fixed), "env steps", _RateColumn(table_column=fixed)]
         columns += [rp.TimeElapsedColumn(table_column=fixed), "ETA", rp.TimeRemainingColumn(table_column=fixed)]
         columns.append(_FiguresColumn())
         # No refresh thread (drawn from update()), and sys.stdout and sys.stderr are left alone.
         self._progress = rp.Progress(
             *columns, console=console, get_time=clock, auto_refresh=False, redirect_stdout=False, redirect_stderr=False
         )
+        self._plain_console = Console(file=self._stream, force_terminal=False, no_color=True, width=PLAIN_WIDTH)
         self._task = self._progress.add_task("steps", total=total_steps, completed=initial_steps, figures="")
         self._recent_return: float | None = None
         self._extra: dict[str, float] = {}
@@ -186,15 +128,14 @@ class ProgressBar:
         self._closed = True
 
     def _draw(self, final: bool) -> None:
-        task = self._progress.tasks[0]
+        figures = [] if self._recent_return is None else [_figure("return", self._recent_return)]
+        figures += [_figure(name, value) for name, value in self._extra.items()]
+        self._progress.update(self._task, figures="  ".join(figures))
         try:
             if self._plain:
-                line = render_line(int(task.completed), self._total, task.speed, self._recent_return, self._extra)
-                print(line, file=self._stream, flush=True)
+                self._plain_console.print(self._progress.make_tasks_table(self._progress.tasks))
+                self._stream.flush()
                 return
-            figures = [] if self._recent_return is None else [_figure("return", self._recent_return)]
-            figures += [_figure(name, value) for name, value in self._extra.items()]
-            self._progress.update(self._task, figures="  ".join(figures))
             if not self._progress.live.is_started:
                 self._progress.start()  # draws
             elif not final:
