@@ -24,6 +24,7 @@ from parl.framework.algorithm import Algorithm
 from parl.framework.computation_task import ComputationTask
 from parl.framework.computation_wrapper import BatchStats, ComputationWrapper, WrapperConfig
 from parl.framework.errors import AgentError, WrapperError
+from parl.framework.learn_census import LearnCensus
 from parl.runtimes.base import AgentRuntime, HelperStates, RunSetup
 from parl.runtimes.builder import AgentBuilder, AgentFactory, HelperSpec
 from parl.runtimes.control import AgentFailure, AgentSlot, RunControl
@@ -345,8 +346,10 @@ class Manager:
         self.control = control
         start = time.monotonic()
         try:
+            census = LearnCensus(range(c.num_agents))  # who may still send each task a learning request
             for tc in self.task_configs:
                 self.wrappers[tc.name] = ComputationWrapper(self.tasks[tc.name], tc.wrapper)
+                self.wrappers[tc.name].join_census(census)
             runtime.start(
                 RunSetup(
                     tasks=[self.tasks[tc.name] for tc in self.task_configs],

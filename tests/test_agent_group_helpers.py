@@ -139,23 +139,29 @@ def play(helper: parl.AgentHelper, env: CounterEnv, steps: int | None = None) ->
 
 
 @pytest.mark.parametrize("end", ["terminated", "truncated"])
-def test_on_policy_helper_sends_every_interval_and_at_episode_end(live_wrapper, end: str) -> None:
+def test_on_policy_helper_sends_chunks_of_the_interval_across_episode_ends(live_wrapper, end: str) -> None:
     wrapper, algo = live_wrapper
     helper = parl.OnPolicyHelper("RL", wrapper.create_communicator(0), parl.OnPolicyConfig(sample_interval=4))
     calls = play(helper, CounterEnv(tag=7, length=10, end=end))
-    # Transition t is complete when step t+1 is stored: chunks of 4 go at the 5th and 9th store,
-    # the last 2 transitions at the final observation.
-    assert calls == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3]
-    assert [len(b["obs"]) for b in algo.batches] == [4, 4, 2]
+    # Transition t is complete when step t+1 is stored: chunks of 4 go at the 5th and 9th store; the last
+    # 2 transitions wait for the next episode instead of going out as a short chunk.
+    assert calls == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2]
+    assert helper.ready
+    calls = play(helper, CounterEnv(tag=8, length=10, end=end), steps=3)  # 2 complete transitions: a chunk
+    assert calls == [2, 2, 3]
+    assert [len(b["obs"]) for b in algo.batches] == [4, 4, 4]
     rows = {k: np.concatenate([b[k] for b in algo.batches]) for k in algo.batches[0]}
-    np.testing.assert_array_equal(rows["obs"][:, 1], np.arange(10))  # in time order
-    np.testing.assert_array_equal(rows["next_obs"][:, 1], np.arange(1, 11))
+    np.testing.assert_array_equal(rows["obs"][:, 0], [7] * 10 + [8] * 2)  # in time order, two episodes
+    np.testing.assert_array_equal(rows["obs"][:, 1], [*range(10), 0, 1])
+    np.testing.assert_array_equal(rows["next_obs"][:10, 1], np.arange(1, 11))
     np.testing.assert_array_equal(rows["action"], expected_action(rows["obs"]))
     np.testing.assert_array_equal(rows["reward"], rows["action"] + 1.0)
-    for b in algo.batches:  # segment_end on the last row of each chunk, nowhere else here
-        assert b["segment_end"].tolist() == [False] * (len(b["obs"]) - 1) + [True]
-    # terminal only on the very last row, and only when the episode terminated (not truncated)
-    assert rows["terminal"].tolist() == [False] * 9 + [end == "terminated"]
+    # segment_end on the last row of each chunk and at the episode end inside the last chunk
+    assert [b["segment_end"].tolist() for b in algo.batches] == [[False] * 3 + [True]] * 2 + [
+        [False, True, False, True]
+    ]
+    # terminal only on the first episode's last row, and only when it terminated (not truncated)
+    assert rows["terminal"].tolist() == [False] * 9 + [end == "terminated"] + [False, False]
 
 
 def test_on_policy_chunks_do_not_cross_episodes_and_agent_trigger_marks_episode_ends(live_wrapper) -> None:
@@ -180,9 +186,9 @@ def test_on_policy_chunks_do_not_cross_episodes_and_agent_trigger_marks_episode_
 
 def test_on_policy_episode_cut_without_final_observation_ends_a_segment(live_wrapper) -> None:
     wrapper, algo = live_wrapper
-    helper = parl.OnPolicyHelper("RL", wrapper.create_communicator(0), parl.OnPolicyConfig(sample_interval=100))
+    helper = parl.OnPolicyHelper("RL", wrapper.create_communicator(0), parl.OnPolicyConfig(sample_interval=4))
     play(helper, CounterEnv(tag=1, length=10), steps=3)  # the agent gives up: 2 transitions, no store_final
-    play(helper, CounterEnv(tag=2, length=2))
+    play(helper, CounterEnv(tag=2, length=2))  # 2 more: the chunk is full
     (batch,) = algo.batches
     assert batch["obs"][:, 0].tolist() == [1, 1, 2, 2]
     assert batch["segment_end"].tolist() == [False, True, False, True]
@@ -320,7 +326,7 @@ def test_ppo_logp_flows_from_predict_into_the_training_batch(runtime: str) -> No
     paddle.seed(0)
     algo = RecordingPPO()
     manager = parl.Manager(
-        [parl.TaskConfig("RL", algo, parl.OnPolicyHelper, parl.OnPolicyConfig(sample_interval=5))],
+        [parl.TaskConfig("RL", algo, parl.OnPolicyHelper, parl.OnPolicyConfig(sample_interval=6))],
         ScaledObsAgent,
         counter_envs(length=12),
         parl.ManagerConfig(num_agents=4, runtime=runtime, max_seconds=30),
@@ -381,7 +387,7 @@ class CountingAlgorithm(parl.Algorithm):
 def test_recurrent_states_of_every_transition_including_the_last(end: str) -> None:
     algo = CountingAlgorithm()
     wrapper = parl.ComputationWrapper(parl.ComputationTask("RL", algo), parl.WrapperConfig(train_max_wait_s=0.0))
-    helper = parl.OnPolicyHelper("RL", wrapper.create_communicator(0), parl.OnPolicyConfig(sample_interval=3))
+    helper = parl.OnPolicyHelper("RL", wrapper.create_communicator(0), parl.OnPolicyConfig(sample_interval=2))
     wrapper.start()
     try:
         for _ in range(2):  # the state restarts at zero each episode

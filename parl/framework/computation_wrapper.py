@@ -23,6 +23,7 @@ from parl.data.specs import FieldSpec, SpecError, all_finite, check_fields
 from parl.framework.communicator import Communicator, Failure, Request, RequestSink, ReturnQueue, ThreadReturnQueue
 from parl.framework.computation_task import ComputationTask
 from parl.framework.errors import RunStopped, WrapperError
+from parl.framework.learn_census import LearnCensus
 from parl.framework.types import LearnResult, Prediction, TrainingBatch
 from parl.utils.config_check import Rule, check_config
 
@@ -42,11 +43,14 @@ class WrapperConfig:
     max_wait_s: Annotated[float, Ge(0)] = 0.0005
     """After the first prediction request, wait at most this long for the other agents' requests."""
     min_train_batch_size: Annotated[int, Ge(1)] = 1
-    """Fewest samples per learning call, unless ``train_max_wait_s`` passes first."""
+    """Fewest samples per learning call, unless no other agent of the run can send a request now (each has
+    sent one, or waits inside another task's learning call: :class:`~parl.framework.learn_census.LearnCensus`)
+    or ``train_max_wait_s`` passes first."""
     max_train_batch_size: Annotated[int, Ge(1)] = 65_536
     """Most samples in one learning call; a larger single request is served alone."""
     train_max_wait_s: Annotated[float, Ge(0)] = 0.05
-    """After the first training request, wait at most this long to reach ``min_train_batch_size``."""
+    """After the first training request, wait at most this long to reach ``min_train_batch_size`` (a safety
+    net: counted in ``training_stats.timeouts``)."""
     check_data: bool = True
     """Validate every request against the specs on the agent's side."""
     poll_s: Annotated[float, Gt(0)] = 1.0
@@ -89,6 +93,9 @@ class BatchStats:
     samples: int = 0
     max_batch: int = 0
     histogram: Counter[int] = field(default_factory=Counter)
+    timeouts: int = 0
+    """Learning calls started because ``train_max_wait_s`` ran out short of ``min_train_batch_size`` while an
+    agent that could still send a request had not (none when every agent sends its chunk in time)."""
 
     def record(self, requests: int, samples: int) -> None:
         self.calls += 1
@@ -178,6 +185,12 @@ class ComputationWrapper:
         self._learn_lock = threading.Lock()
         # The agents of the running learning call: a scheduler may wait for their answers before a round.
         self.learning_agents: frozenset[int] = frozenset()
+        self.census: LearnCensus | None = None
+
+    def join_census(self, census: LearnCensus) -> None:
+        """Start learning calls as soon as ``census`` says no other agent of the run can send a request."""
+        self.census = census
+        census.listen(self.task.name, lambda: self.training_q.put(_WAKE))  # type: ignore[arg-type]
 
     # --------------------------------------------------------------- wiring
     def create_communicator(
@@ -268,12 +281,17 @@ class ComputationWrapper:
 
         return run
 
-    @staticmethod
-    def _answer(comm: Communicator, kind: str, item: Any) -> None:
+    def _answer(self, comm: Communicator, kind: str, item: Any) -> None:
         if kind == "predict":
             comm.answer(item)
         else:
-            comm.answer_learn(item)
+            self.answer_learn(comm, item)
+
+    def answer_learn(self, comm: Communicator, item: LearnResult | Failure) -> None:
+        """Answer ``comm``'s learning request (the one place learning requests are answered)."""
+        if self.census is not None:
+            self.census.answered(comm.agent_id)
+        comm.answer_learn(item)
 
     def _fail_pending(self, exc: BaseException | None, tb: str) -> None:
         """Answer every queued request with ``exc`` (None: this wrapper's WrapperError)."""
@@ -296,7 +314,8 @@ class ComputationWrapper:
         self, q: queue.SimpleQueue[Any], carry: list[Any], limit: int, minimum: int, wait_s: float, linger: bool
     ) -> list[Any]:
         """Take requests for one call, up to ``limit`` samples (one that would pass it is carried over); wait
-        for more until ``wait_s`` after the first, or until ``minimum`` unless ``linger``."""
+        for more until ``wait_s`` after the first, or until ``minimum`` unless ``linger``; a learning call
+        also stops waiting when no other agent of the census can send a request."""
         items: list[Any] = []
         if carry:
             items.append(carry.pop())
@@ -319,8 +338,12 @@ class ComputationWrapper:
             except queue.Empty:
                 if samples >= minimum and not linger:
                     break
+                if not linger and self._nobody_else_delivers(items):
+                    break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._stop.is_set():
+                    if remaining <= 0 and not linger:
+                        self.training_stats.timeouts += 1
                     break
                 try:
                     item = q.get(timeout=min(remaining, self.config.poll_s))
@@ -335,6 +358,13 @@ class ComputationWrapper:
             items.append(item)
             samples += n
         return items
+
+    def _nobody_else_delivers(self, items: Sequence[Any]) -> bool:
+        """Whether the census says no agent outside ``items`` (learning requests) can send one now."""
+        census = self.census
+        return census is not None and not census.can_still_deliver(
+            self.task.name, {_comm_of(i).agent_id for i in items}
+        )
 
     def _requeue(self, q: queue.SimpleQueue[Any], items: Sequence[Any], carry: list[Any]) -> None:
         """Put requests taken but not served back, for ``stop`` to answer."""
@@ -383,6 +413,12 @@ class ComputationWrapper:
             finally:
                 self._learn_lock.release()
             return
+        self.queue_learning(comm, batch)
+
+    def queue_learning(self, comm: Communicator, batch: TrainingBatch) -> None:
+        """Queue ``comm``'s checked ``batch`` for the training loop (the census counts ``comm`` as waiting)."""
+        if self.census is not None:
+            self.census.waiting_on(comm.agent_id, self.task.name)
         self.training_q.put((comm, batch))
 
     def _end_loop(self, q: queue.SimpleQueue[Any], carry: list[Any]) -> None:
@@ -458,13 +494,13 @@ class ComputationWrapper:
         except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
             tb = traceback.format_exc()
             for comm, _ in items:
-                comm.answer_learn(Failure(exc, tb, "learn"))
+                self.answer_learn(comm, Failure(exc, tb, "learn"))
             return
         with self._stats_lock:
             self.training_stats.record(len(items), offsets[-1])
             self.last_metrics = dict(result.metrics)
         for i, (comm, _) in enumerate(items):
-            comm.answer_learn(LearnResult(per_sample=per_agent[i], metrics=dict(result.metrics)))
+            self.answer_learn(comm, LearnResult(per_sample=per_agent[i], metrics=dict(result.metrics)))
 
 
 def explore_groups(requests: Sequence[Request]) -> list[tuple[bool, Sequence[Request]]]:

@@ -1,7 +1,9 @@
-"""OnPolicyHelper: an agent's experience sent in segments of ``sample_interval`` steps, for A2C and PPO.
+"""OnPolicyHelper: an agent's experience sent in chunks of ``sample_interval`` steps, for A2C and PPO.
 
 A helper per agent keeps the transitions since its last send and sends them, with the states and extras
-the algorithm needs, every ``sample_interval`` transitions and at each episode end::
+the algorithm needs, every ``sample_interval`` transitions, whether or not an episode ended in between
+(SB3's rollout of ``n_steps`` per env). Every chunk of every agent has the same length, so a learning call
+of ``num_agents * sample_interval`` rows is full as soon as each agent has sent its chunk::
 
     config = OnPolicyConfig(sample_interval=16)
     task = parl.TaskConfig("RL", PPO(CartPoleActorCritic, PPOConfig()), OnPolicyHelper, config)
@@ -14,7 +16,7 @@ from typing import Annotated, Literal
 
 from annotated_types import Ge
 
-from parl.framework.agent_helper import AgentHelper, GameOver, LearnTrigger, Transition
+from parl.framework.agent_helper import AgentHelper, LearnTrigger, Transition
 from parl.framework.communicator import Communicator
 from parl.framework.types import LearnResult
 from parl.utils.config_check import check_config
@@ -27,7 +29,7 @@ class OnPolicyConfig:
     """Settings of :class:`OnPolicyHelper`."""
 
     sample_interval: Annotated[int, Ge(1)] = 8
-    """Send the recent transitions every this many steps (and at every episode end)."""
+    """Send the recent transitions every this many of them, across episode ends (a chunk marks each end)."""
     # Not THREAD: on-policy chunks are sent in order by the agent (no learner thread).
     learn_trigger: Literal[LearnTrigger.STORE_DATA, LearnTrigger.AGENT] = LearnTrigger.STORE_DATA
     """STORE_DATA: ``store_data`` sends when a chunk is ready; AGENT: the agent calls ``learn()``."""
@@ -39,10 +41,13 @@ class OnPolicyConfig:
 class OnPolicyHelper(AgentHelper):
     """Sends this agent's recent experience for learning, then discards it.
 
-    Every ``sample_interval`` transitions, and at each episode end, the
-    transitions since the last send form one chunk (in time order, with
-    ``segment_end`` on the last row and at episode ends, and the next inputs
-    needed to bootstrap the last value)::
+    Every ``sample_interval`` transitions, the transitions since the last
+    send form one chunk, possibly from two or more episodes: in time order,
+    with ``segment_end`` on the last row and at each episode end (so GAE never
+    chains across one; a terminated episode is not bootstrapped, a truncated
+    one and the chunk's last row are, from the next inputs stored with each
+    row). Transitions of an agent that stops before its chunk is full are not
+    sent::
 
         helper = OnPolicyHelper("RL", comm, OnPolicyConfig(sample_interval=16))
     """
@@ -63,10 +68,6 @@ class OnPolicyHelper(AgentHelper):
         chunk = self._chunk
         chunk.append(transition)
         if len(chunk) >= self.config.sample_interval and self.config.learn_trigger is LearnTrigger.STORE_DATA:
-            self.learn()
-
-    def on_episode_end(self, game_over: GameOver) -> None:
-        if self._chunk and self.config.learn_trigger is LearnTrigger.STORE_DATA:
             self.learn()
 
     @property

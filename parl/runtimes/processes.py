@@ -379,7 +379,7 @@ class WorkerLink:
             except Exception as exc:  # noqa: BLE001
                 proxy.answer_learn(Failure(exc, traceback.format_exc(), "learn"))
                 return
-            wrapper.training_q.put((proxy, batch))  # type: ignore[arg-type]
+            wrapper.queue_learning(proxy, batch)  # type: ignore[arg-type]
         elif kind == "episodes":
             if self.reported is not None:
                 self.reported += len(msg[1])

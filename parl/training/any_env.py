@@ -271,7 +271,7 @@ def build(config: OnPolicyRunConfig | OffPolicyRunConfig) -> Manager:
             algorithm=algorithm,
             helper=OnPolicyHelper,
             helper_config=OnPolicyConfig(sample_interval=config.sample_interval),
-            wrapper=WrapperConfig(min_train_batch_size=n * config.sample_interval, train_max_wait_s=0.05),
+            wrapper=WrapperConfig(min_train_batch_size=n * config.sample_interval),
         )
     else:
         rows = config.requests_per_learn * config.replay.batch_size

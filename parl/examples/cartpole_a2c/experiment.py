@@ -68,7 +68,7 @@ def build(config: CartPoleOnPolicyConfig) -> parl.Manager:
         algorithm=algo,
         helper=parl.OnPolicyHelper,
         helper_config=parl.OnPolicyConfig(sample_interval=config.sample_interval),
-        wrapper=parl.WrapperConfig(min_train_batch_size=n * config.sample_interval, train_max_wait_s=0.05),
+        wrapper=parl.WrapperConfig(min_train_batch_size=n * config.sample_interval),
     )
     env_id = config.env_id
     return parl.Manager([task], GymAgent, lambda i: gym.make(env_id), config.manager)

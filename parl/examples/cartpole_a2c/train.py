@@ -15,7 +15,7 @@ import gymnasium as gym
 import parl
 from parl.algorithms.a2c import A2C, A2CConfig
 from parl.algorithms.ppo import PPO, PPOConfig
-from parl.examples.cartpole_a2c.agent import RolloutAgent
+from parl.agents import GymAgent
 from parl.examples.cartpole_a2c.model import CartPoleActorCritic
 from parl.training.evaluation_stopper import EvalStopper
 
@@ -29,7 +29,7 @@ def build_manager(
     algorithm: str = "ppo",
     config: Mapping[str, Any] | None = None,
 ) -> parl.Manager:
-    """``num_agents`` CartPole agents (:class:`RolloutAgent`) and one batched PPO or A2C task.
+    """``num_agents`` CartPole agents (:class:`~parl.agents.GymAgent`) and one batched PPO or A2C task.
 
     Every agent sends ``sample_interval`` transitions at a time (across episode ends), and a
     learning call waits for all of them: ``num_agents * sample_interval`` rows per update, the
@@ -46,12 +46,12 @@ def build_manager(
         "RL",
         algorithm=algo,
         helper=parl.OnPolicyHelper,
-        helper_config=parl.OnPolicyConfig(sample_interval=sample_interval, learn_trigger=parl.LearnTrigger.AGENT),
-        wrapper=parl.WrapperConfig(min_train_batch_size=num_agents * sample_interval, train_max_wait_s=0.05),
+        helper_config=parl.OnPolicyConfig(sample_interval=sample_interval),
+        wrapper=parl.WrapperConfig(min_train_batch_size=num_agents * sample_interval),
     )
     return parl.Manager(
         [task],
-        RolloutAgent,
+        GymAgent,
         lambda i: gym.make("CartPole-v1"),
         parl.ManagerConfig(num_agents=num_agents, runtime=runtime, max_steps=max_steps),
     )
