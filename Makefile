@@ -50,8 +50,12 @@ bench: $(TEST_STAMP)
 	$(PY) -m benchmarks.env_processes
 	$(PY) -m benchmarks.multitask
 
+# Time to solve, `parl train` against SB3 (hours on 2 cores; results resume per problem, library and seed):
+# make bench-learning LEARNING_ARGS="--problems lunar_ppo" runs one problem into the same table.
+LEARNING_ARGS ?=
+
 bench-learning: $(BENCH_STAMP)
-	$(PY) -m benchmarks.learning
+	$(PY) -m benchmarks.learning $(LEARNING_ARGS)
 
 # The documentation site (mkdocs.yml): an API reference from the docstrings plus docs/*.md, built
 # strictly, so a broken link or a docstring mkdocstrings cannot read fails the build.

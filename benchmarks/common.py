@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import re
@@ -109,7 +110,7 @@ def machine() -> dict[str, Any]:
 
 
 def _nan_to_none(value: Any) -> Any:
-    if isinstance(value, float) and value != value:
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
         return {k: _nan_to_none(v) for k, v in value.items()}
@@ -120,9 +121,19 @@ def _nan_to_none(value: Any) -> Any:
 
 def write_results(name: str, data: dict[str, Any], markdown: str) -> None:
     """Write ``results/{name}.json`` and replace the ``name`` section of docs/benchmarks.md."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    # NaN (a figure that could not be measured) is not JSON: it is written as null.
-    (RESULTS / f"{name}.json").write_text(json.dumps(_nan_to_none(data), indent=2, default=str, allow_nan=False))
+    write_json(RESULTS / f"{name}.json", data)
+    write_docs_section(name, markdown)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` as indented JSON; NaN or an infinity (a figure that could not be
+    measured) becomes null."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_nan_to_none(data), indent=2, default=str, allow_nan=False))
+
+
+def write_docs_section(name: str, markdown: str) -> None:
+    """Replace the ``name`` section of docs/benchmarks.md (between its markers) by ``markdown``, or append it."""
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     block = f"{begin}\n{markdown.rstrip()}\n{end}"
     header = "# Benchmarks\n\nMeasured figures, written by the scripts in `benchmarks/`.\n"

@@ -1,43 +1,51 @@
-"""Learning benchmark: time to solve, parl against Stable-Baselines3 (RL-Zoo settings), in the same run.
+"""Learning benchmark: time to solve, parl as ``parl train`` runs it against Stable-Baselines3 (RL-Zoo settings).
 
-For every problem and seed, parl and then Stable-Baselines3 train on the same machine, one after the
-other, each in a fresh subprocess (imports are not timed; a hung run is killed). Both sides follow one
-evaluation protocol, implemented once here (:class:`EvalProtocol`):
+parl trains through exactly what ``parl train <experiment>`` builds with the shipped defaults
+(``parl train ppo --env LunarLander-v3`` for the any-env problem): :func:`resolve_experiment`, the experiment's
+``default_config()`` (and ``for_env``), its ``build`` and a :class:`~parl.training.trainer.Trainer`, as
+:func:`~parl.training.experiment.train_experiment` does. The benchmark sets only what its protocol needs, as
+``--set`` overrides that the report lists per problem (:func:`protocol_overrides`, :func:`seed_overrides`): the
+evaluation episodes and cadence (identical on both sides), the wall-time cap, the seed, no TensorBoard and no
+progress line, a temporary run directory. SB3 runs RL-Zoo's hyperparameters with its ``n_timesteps`` as budget.
 
-* every ``eval_every`` env steps (counted over all environments), a greedy/deterministic evaluation of
-  ``SCREEN_EPISODES`` episodes; a mean at or above the threshold is confirmed by ``CONFIRM_EPISODES``
-  episodes on other seeds, and the problem is solved when that mean reaches the threshold;
-* evaluation episodes run side by side with one batched prediction per step on both sides (parl's
-  ``evaluate_greedy``; for SB3 the same loop around ``model.predict(obs_batch, deterministic=True)``);
-* wall time runs from just before the learner is built (networks, envs) to the end of the confirming
-  evaluation, so **evaluation time is included on both sides**. Neither side learns while it evaluates:
-  SB3 pauses training; parl's ``Manager.run`` evaluates in its own thread holding the task's learning
-  lock (as ``EvalStopper(task=...)`` does), so learning calls wait and the policy scored does not change
-  during an evaluation, while agents that are not waiting for a learning call may keep acting.
-  Evaluation seconds are recorded per run too;
-* every run has a wall-time cap (per problem) and a step budget; a run that does not solve within them
-  is recorded as not solved. SB3's step budget is RL-Zoo's ``n_timesteps``, because its schedules
-  (linear learning rate, exploration fraction) are defined relative to it;
-* after the run, the policy is scored on 20 other greedy episodes ("final return"): for a solved parl run,
-  the parameters of the solving evaluation, restored after the stop (learning calls that were waiting
-  when the run stopped may have changed them); otherwise the last policy.
+For every problem and seed, parl and then SB3 train on the same machine, each run in a fresh subprocess
+(imports are not timed; a hung run is killed). Both sides follow the Trainer's evaluation protocol
+(:meth:`Trainer._evaluate`; :class:`EvalProtocol` is the same for SB3):
 
-Run: ``python -m benchmarks.learning [--problems cartpole_ppo,...] [--seeds 3] [--quick]``; writes
-benchmarks/results/learning.json and the learning section of docs/benchmarks.md (not with ``--quick``
-unless ``--write``).
+* at the first step count at or past each multiple of ``eval_every`` env steps (over all environments), a
+  greedy evaluation of ``SCREEN_EPISODES`` episodes side by side, one batched prediction per step; a mean at or
+  above the threshold is confirmed on ``CONFIRM_EPISODES`` episodes of other seeds, and the run is solved when
+  that mean reaches the threshold; a run that ends unsolved has its final policy evaluated once more;
+* wall time runs from just before the learner is built (networks, envs) to the end of the confirming evaluation,
+  so **evaluation time is included on both sides**. Neither side learns while it evaluates: SB3 pauses training;
+  the Trainer holds the task's learning lock, so learning calls wait while agents that are not waiting for one
+  may keep acting;
+* a run stops at its step budget (parl: the experiment's ``train.max_steps``; SB3: RL-Zoo's ``n_timesteps``, to
+  which its schedules are relative) or at the problem's wall-time cap, and is then recorded as not solved;
+* CPU use is the run's process CPU seconds (user + system, all threads and waited-for children: ``os.times()``
+  in the child) over its wall seconds, from building the learner to the end of training;
+* after the run, the policy is scored on 20 other greedy episodes ("final return"): for a solved parl run the
+  best model the Trainer saved (``best/``, the parameters of the solving evaluation), else the last policy.
+
+Results are kept per (problem, library, seed) in benchmarks/results/learning.json: a run recorded there is not
+run again (``--force`` runs it again), so one problem can be run on its own and merges into the same file and
+the learning section of docs/benchmarks.md::
+
+    python -m benchmarks.learning                          # every problem, 5 seeds (lunar_ppo: 3)
+    python -m benchmarks.learning --problems lunar_ppo     # one problem, merged into the same table
+    python -m benchmarks.learning --problems cartpole_ppo --quick   # a smoke run: 1 seed, tiny budgets, no write
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
-import inspect
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -50,11 +58,15 @@ SCREEN_EPISODES = 5
 CONFIRM_EPISODES = 20
 FINAL_EPISODES = 20
 SCREEN_SEED, CONFIRM_SEED, FINAL_SEED = 10_000, 20_000, 50_000
+"""First env seeds of the screening and confirming evaluations (plus the step count, as the Trainer's) and of
+the final scoring."""
+FORMAT = 2
+"""Version of the results file; a file of another version (older benchmark code) is not merged."""
 
 # ----------------------------------------------------------------------------------------------------
 # Stable-Baselines3 settings: copied from rl_zoo3 2.9.2, rl_zoo3/hyperparams/{ppo,a2c,dqn,td3,sac}.yml
-# (entries CartPole-v1, Acrobot-v1, Pendulum-v1). "lin_x" there is a linear schedule from x to 0 over
-# n_timesteps; unlisted settings are SB3 defaults. policy is 'MlpPolicy' everywhere.
+# (entries CartPole-v1, Acrobot-v1, Pendulum-v1, LunarLander-v3). "lin_x" there is a linear schedule from x
+# to 0 over n_timesteps; unlisted settings are SB3 defaults. policy is 'MlpPolicy' everywhere.
 # ----------------------------------------------------------------------------------------------------
 ZOO: dict[str, dict[str, Any]] = {
     "ppo/CartPole-v1": {
@@ -111,35 +123,22 @@ ZOO: dict[str, dict[str, Any]] = {
         "policy_kwargs": {"net_arch": [400, 300]},
     },
     "sac/Pendulum-v1": {"n_timesteps": 20_000, "learning_rate": 1e-3},
-}
-
-# ----------------------------------------------------------------------------------------------------
-# parl settings passed to the examples' build_manager (defaults of the examples unless listed).
-# ----------------------------------------------------------------------------------------------------
-PARL_ON_POLICY: dict[str, dict[str, Any]] = {
-    # RL-Zoo's shape (8 envs x 32 steps = 256 rows per update, one 256-row minibatch), fewer epochs and a
-    # higher constant lr: half the gradient steps of Zoo's 20 epochs at 1e-3 for about the same env steps.
-    "ppo": {"num_agents": 8, "sample_interval": 32, "lr": 3e-3, "config": {"epochs": 10}},
-    # Zoo's shape (8 envs x 5 steps = 40 rows per update, gae_lambda 1, raw advantages, no entropy bonus,
-    # A2CConfig's max_grad_norm 0.5 and value_coef 0.5), Adam at 2e-3. At 4e-3, 2 runs in 24 collapsed
-    # to a one-action policy (return ~9, not solved in 300k steps; such runs can fail all 1M) and others
-    # took 60k+ steps; at 2e-3 32 of 32 seeds solved, median ~25k steps / 3 s, the slowest 78k / 9 s. An entropy
-    # bonus of 0.01 or advantage normalisation at 4e-3 did not remove the tail.
-    "a2c": {
-        "num_agents": 8,
-        "sample_interval": 5,
-        "lr": 2e-3,
-        "config": {"entropy_coef": 0.0, "gae_lambda": 1.0, "normalize_advantages": False},
+    "ppo/LunarLander-v3": {
+        "n_envs": 16,
+        "n_timesteps": 1_000_000,
+        "n_steps": 1024,
+        "batch_size": 64,
+        "gae_lambda": 0.98,
+        "gamma": 0.999,
+        "n_epochs": 4,
+        "ent_coef": 0.01,
     },
 }
-"""Arguments of ``parl.examples.cartpole_a2c.train.build_manager``; ``config`` holds fields of the algorithm's
-config (PPOConfig/A2CConfig) that the benchmark sets on the built algorithm, since build_manager takes
-only the learning rate (the fields are read at each learning step)."""
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One row of the benchmark: an environment, an algorithm on each side and the protocol's numbers."""
+    """One row of the benchmark: an environment, what each side runs and the protocol's numbers."""
 
     name: str
     env_id: str
@@ -147,35 +146,50 @@ class Problem:
     zoo_key: str
     threshold: float
     eval_every: int
+    """Env steps between evaluations on both sides (the experiment's default ``train.eval_every``)."""
     time_cap_s: float
-    parl_max_steps: int
     target_ratio: float
     """parl's median wall time to threshold must be at most this times SB3's."""
-    parl_module: str
-    """Module of the parl example (``build_manager`` is looked up there)."""
+    experiment: str
+    """What ``parl train`` is given: an experiment's name, or an algorithm's with ``any_env``."""
+    any_env: bool = False
+    """``parl train <experiment> --env <env_id>`` (the any-env algorithms of :mod:`parl.training.any_env`)."""
+    seeds: int = 5
+    """Seeds run by default."""
+    settings: tuple[str, ...] = ()
+    """Fields of the experiment's config that the report prints (dotted, as ``--set`` names them)."""
 
+
+_ON_POLICY = ("manager.num_agents", "sample_interval", "hidden")
+_DQN = ("dqn.num_agents", "dqn.hidden", "dqn.lr", "dqn.batch_size", "dqn.minibatch_size", "dqn.learn_every",
+        "dqn.merge_requests", "dqn.target_update_interval", "dqn.n_step", "dqn.epsilon_decay_samples")  # fmt: skip
+_PENDULUM = ("num_agents", "hidden", "batch_size", "learning_starts")
 
 PROBLEMS: dict[str, Problem] = {
     p.name: p
     for p in [
-        Problem("cartpole_ppo", "CartPole-v1", "PPO", "ppo/CartPole-v1", 475.0, 5_000, 300.0, 400_000, 0.5,
-                "parl.examples.cartpole_a2c.train"),
-        Problem("cartpole_a2c", "CartPole-v1", "A2C", "a2c/CartPole-v1", 475.0, 5_000, 600.0, 1_000_000, 1.0,
-                "parl.examples.cartpole_a2c.train"),
-        Problem("cartpole_dqn", "CartPole-v1", "DQN", "dqn/CartPole-v1", 475.0, 2_500, 300.0, 100_000, 1.0,
-                "parl.examples.cartpole_dqn_many.train"),
-        Problem("acrobot_dqn", "Acrobot-v1", "DQN", "dqn/Acrobot-v1", -100.0, 5_000, 600.0, 200_000, 1.0,
-                "parl.examples.acrobot_dqn.train"),
-        Problem("pendulum_td3", "Pendulum-v1", "TD3", "td3/Pendulum-v1", -200.0, 2_000, 600.0, 60_000, 1.0,
-                "parl.examples.pendulum_td3.train"),
-        Problem("pendulum_sac", "Pendulum-v1", "SAC", "sac/Pendulum-v1", -200.0, 2_000, 600.0, 60_000, 1.0,
-                "parl.examples.pendulum_sac.train"),
+        Problem("cartpole_ppo", "CartPole-v1", "PPO", "ppo/CartPole-v1", 475.0, 5_000, 300.0, 0.5, "cartpole_ppo",
+                settings=(*_ON_POLICY, "ppo.lr", "ppo.epochs", "ppo.minibatch_size", "ppo.gamma", "ppo.gae_lambda")),
+        Problem("cartpole_a2c", "CartPole-v1", "A2C", "a2c/CartPole-v1", 475.0, 5_000, 600.0, 1.0, "cartpole_a2c",
+                settings=(*_ON_POLICY, "a2c.lr", "a2c.gamma", "a2c.gae_lambda", "a2c.entropy_coef")),
+        Problem("cartpole_dqn", "CartPole-v1", "DQN", "dqn/CartPole-v1", 475.0, 2_500, 300.0, 1.0, "cartpole_dqn",
+                settings=_DQN),
+        Problem("acrobot_dqn", "Acrobot-v1", "DQN", "dqn/Acrobot-v1", -100.0, 5_000, 600.0, 1.0, "acrobot_dqn",
+                settings=_DQN),
+        Problem("pendulum_td3", "Pendulum-v1", "TD3", "td3/Pendulum-v1", -200.0, 1_000, 600.0, 1.0, "pendulum_td3",
+                settings=(*_PENDULUM, "td3.lr_actor", "td3.lr_critic", "td3.gamma")),
+        Problem("pendulum_sac", "Pendulum-v1", "SAC", "sac/Pendulum-v1", -200.0, 1_000, 600.0, 1.0, "pendulum_sac",
+                settings=(*_PENDULUM, "sac.lr_actor", "sac.lr_critic", "sac.lr_alpha")),
+        Problem("lunar_ppo", "LunarLander-v3", "PPO", "ppo/LunarLander-v3", 200.0, 10_000, 2_400.0, 1.0, "ppo",
+                any_env=True, seeds=3,
+                settings=("manager.num_agents", "sample_interval", "net.hidden", "ppo.lr", "ppo.epochs",
+                          "ppo.minibatch_size", "ppo.gamma", "ppo.gae_lambda", "ppo.entropy_coef")),
     ]
 }  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------
-# The protocol, shared by both sides
+# The protocol: the Trainer's evaluation, and the same for SB3
 # ----------------------------------------------------------------------------------------------------
 Evaluate = Callable[[int, int], np.ndarray]
 """(episodes, first seed) -> returns of that many greedy episodes."""
@@ -183,7 +197,15 @@ Evaluate = Callable[[int, int], np.ndarray]
 
 @dataclass
 class EvalProtocol:
-    """Evaluate every ``every`` env steps; a screening mean >= threshold is confirmed on 20 episodes."""
+    """The Trainer's evaluation schedule for SB3: at the first step count at or past each multiple of ``every``,
+    screen ``screen_episodes``; a mean >= threshold is confirmed on ``confirm_episodes``.
+
+    Example::
+
+        protocol = EvalProtocol(475.0, 5_000, time.monotonic())
+        solved = protocol.step(model.num_timesteps, evaluate)    # from the training loop, as often as convenient
+        protocol.finish(model.num_timesteps, evaluate)           # after the run: the final policy is scored
+    """
 
     threshold: float
     every: int
@@ -193,30 +215,30 @@ class EvalProtocol:
     confirm_episodes: int = CONFIRM_EPISODES
     solved_at_steps: int | None = None
     solved_at_seconds: float | None = None
-    solved_at_end_steps: int | None = None
-    """Env steps when the solving evaluation ended (parl's agents may keep acting while it evaluates)."""
     eval_seconds: float = 0.0
     best: float = -np.inf
     history: list[tuple[int, float, float]] = field(default_factory=list)
+    """(env steps, seconds since start, mean return) of every evaluation."""
     _next: int = 0
 
     def __post_init__(self) -> None:
         self._next = self.every
 
-    def due(self, steps: int) -> bool:
-        """Whether :meth:`step` would evaluate (or report the solve) at ``steps``."""
-        return self.solved_at_steps is not None or steps >= self._next
-
-    def step(self, steps: int, evaluate: Evaluate, steps_now: Callable[[], int] | None = None) -> bool:
-        """Called as often as convenient with the env-step count; evaluates when due. True once solved.
-
-        ``steps_now`` gives the env-step count after an evaluation, if training went on meanwhile.
-        """
+    def step(self, steps: int, evaluate: Evaluate) -> bool:
+        """Evaluate when due at ``steps`` env steps; True once solved."""
         if self.solved_at_steps is not None:
             return True
         if steps < self._next:
             return False
-        self._next = steps + self.every
+        self._next = (steps // self.every + 1) * self.every
+        return self._evaluate(steps, evaluate)
+
+    def finish(self, steps: int, evaluate: Evaluate) -> None:
+        """After the run: score the final policy unless solved or just evaluated (as the Trainer does)."""
+        if self.solved_at_steps is None and not (self.history and self.history[-1][0] == steps):
+            self._evaluate(steps, evaluate)
+
+    def _evaluate(self, steps: int, evaluate: Evaluate) -> bool:
         t0 = time.monotonic()
         score = float(np.mean(evaluate(self.screen_episodes, SCREEN_SEED + steps)))
         if score >= self.threshold:
@@ -227,7 +249,6 @@ class EvalProtocol:
         self.history.append((steps, round(now - self.start, 3), score))
         if score >= self.threshold:
             self.solved_at_steps, self.solved_at_seconds = steps, now - self.start
-            self.solved_at_end_steps = steps_now() if steps_now is not None else steps
             return True
         return False
 
@@ -245,12 +266,32 @@ class RunResult:
     final_return: float
     total_steps: int
     total_seconds: float
+    """Wall seconds from building the learner to the end of training."""
     eval_seconds: float
     best_eval: float
     history: list[tuple[int, float, float]]
     note: str = ""
     steps_at_solve_end: int | None = None
-    """Env steps when the solving evaluation ended (equal to ``steps_to_threshold`` for SB3)."""
+    """Env steps when the solving evaluation ended (parl's agents may act while it evaluates; SB3: unset)."""
+    cpu_seconds: float = float("nan")
+    """User + system CPU seconds of the run's process over ``total_seconds`` (``os.times()``, children included)."""
+    max_steps: int = 0
+    """The run's step budget."""
+    cap_s: float = 0.0
+    """The run's wall-time cap."""
+    quick: bool = False
+    date: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """parl: the problem's :attr:`Problem.settings` as the run had them (the experiment's defaults)."""
+    changed: dict[str, Any] = field(default_factory=dict)
+    """parl: the settings the protocol changed from ``parl train``'s defaults, seed fields excepted."""
+    seeded: list[str] = field(default_factory=list)
+    """parl: the fields the seed was written to."""
+
+    @property
+    def cpu_use(self) -> float:
+        """CPU seconds per wall second (1.0: one core kept busy)."""
+        return self.cpu_seconds / self.total_seconds if self.total_seconds > 0 else float("nan")
 
 
 QUICK_STEPS = 2_000
@@ -258,128 +299,163 @@ QUICK_STEPS = 2_000
 QUICK_CAP_S = 60.0
 
 
-def _steps_budget(problem: Problem, library: str, quick: int) -> int:
-    """Step budget of a run; ``quick`` is the quick-mode budget (0: a full run)."""
-    if quick:
-        return quick
-    return problem.parl_max_steps if library == "parl" else int(ZOO[problem.zoo_key]["n_timesteps"])
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 # ----------------------------------------------------------------------------------------------------
-# parl side
+# parl side: what `parl train` builds
 # ----------------------------------------------------------------------------------------------------
-def parl_available(problem: Problem) -> str | None:
-    """None if the parl example of ``problem`` can be imported, else why not."""
+def protocol_overrides(problem: Problem, quick: int) -> list[str]:
+    """The ``--set`` overrides of the protocol: evaluation as on SB3's side, the cap, logging off; with
+    ``quick`` (a budget), that budget and an evaluation at its half."""
+    budget = [f"train.max_steps={quick}"] if quick else []
+    return budget + [
+        f"train.max_seconds={QUICK_CAP_S if quick else problem.time_cap_s}",
+        f"train.eval_every={max(100, quick // 2) if quick else problem.eval_every}",
+        f"train.eval_episodes={SCREEN_EPISODES}",
+        f"train.confirm_episodes={CONFIRM_EPISODES}",
+        f"train.stop_value={problem.threshold}",
+        "train.tensorboard=false",
+        "train.progress=false",
+    ]
+
+
+def seed_overrides(config: Any, seed: int) -> list[str]:
+    """The ``--set`` overrides that seed a run: the config's ``seed`` field, or else the ``seed`` of each of its
+    sections (``manager.seed`` = 1,000 x seed, so that the agents' env seeds of two runs never overlap)."""
+    if "seed" in {f.name for f in dataclasses.fields(config)}:
+        return [f"seed={seed}"]
+    out = []
+    for f in dataclasses.fields(config):
+        section = getattr(config, f.name)
+        if dataclasses.is_dataclass(section) and "seed" in {g.name for g in dataclasses.fields(section)}:
+            out.append(f"{f.name}.seed={seed * 1_000 if f.name == 'manager' else seed}")
+    return out
+
+
+@dataclass
+class ParlRun:
+    """What one parl run trains: the experiment and its config, as ``parl train`` with the protocol's ``--set``."""
+
+    experiment: Any
+    """The :class:`~parl.training.experiment.Experiment` from ``resolve_experiment(problem.experiment)``."""
+    config: Any
+    """Its ``default_config()`` (``for_env``), the protocol's and the seed's overrides, completed by ``prepare``."""
+    changed: dict[str, Any]
+    """The settings that differ from the shipped defaults, seed fields excepted."""
+    seeded: list[str]
+    """The fields the seed was written to."""
+
+
+def parl_run(problem: Problem, seed: int, quick: int, run_dir: str) -> ParlRun:
+    """The experiment and config of one parl run (imports the experiment)."""
+    from parl.training.experiment import resolve_experiment
+    from parl.training.overrides import apply_overrides
+    from parl.training.trainer import flat_settings
+
+    experiment = resolve_experiment(problem.experiment)
+    default = experiment.default_config()
+    if problem.any_env:
+        default = experiment.for_env(default, problem.env_id)
+    seeding = seed_overrides(default, seed)
+    config = apply_overrides(default, [*protocol_overrides(problem, quick), *seeding])
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, run_dir=run_dir))
+    config = experiment.prepared(config)
+    seeded = [s.split("=", 1)[0] for s in seeding]
+    before, after = flat_settings(experiment.prepared(default)), flat_settings(config)
+    changed = {k: v for k, v in after.items() if before.get(k) != v and k != "train.run_dir" and k not in seeded}
+    return ParlRun(experiment, config, changed, seeded)
+
+
+def settings_of(problem: Problem, config: Any) -> dict[str, Any]:
+    """The problem's :attr:`Problem.settings` in ``config`` (a field that does not exist is left out)."""
+    from parl.training.trainer import flat_settings
+
+    flat = flat_settings(config)
+    return {path: flat[path] for path in problem.settings if path in flat}
+
+
+def parl_missing(problem: Problem) -> str | None:
+    """None if ``parl train`` can resolve the problem's experiment, else why not."""
+    from parl.training.experiment import resolve_experiment
+
     try:
-        module = importlib.import_module(problem.parl_module)
-    except ImportError as exc:
-        return f"{problem.parl_module} is not importable ({exc})"
-    if not hasattr(module, "build_manager"):
-        return f"{problem.parl_module} has no build_manager"
+        resolve_experiment(problem.experiment)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
-def parl_settings(problem: Problem) -> str:
-    """The parl settings of ``problem``, for the report."""
-    if problem.name in ("cartpole_ppo", "cartpole_a2c"):
-        s = dict(PARL_ON_POLICY[problem.sb3_algo.lower()])
-        config = s.pop("config", {})
-        return ", ".join(f"{k}={v}" for k, v in {**s, **config}.items()) + ", other config fields default"
-    if problem.name in ("cartpole_dqn", "acrobot_dqn"):
-        try:
-            module = importlib.import_module(problem.parl_module)
-        except ImportError:
-            return "-"
-        settings = getattr(module, "CARTPOLE" if problem.name == "cartpole_dqn" else "ACROBOT", None)
-        if settings is None:
-            return "-"
-        skip = {"env_id", "stop_value", "eval_every", "max_steps"}
-        return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(settings).items() if k not in skip)
-    return "build_manager defaults (seed, max_steps set by the benchmark)"
+def env_missing(problem: Problem) -> str | None:
+    """None if the problem's env can be made, else why not (LunarLander needs ``gymnasium[box2d]``)."""
+    import gymnasium as gym
 
-
-def _build_parl_manager(problem: Problem, seed: int, max_steps: int) -> Any:
-    import paddle
-
-    module = importlib.import_module(problem.parl_module)
-    if problem.name in ("cartpole_ppo", "cartpole_a2c"):
-        algorithm = problem.sb3_algo.lower()
-        s = PARL_ON_POLICY[algorithm]
-        paddle.seed(seed)
-        manager = module.build_manager(
-            s["num_agents"],
-            s["sample_interval"],
-            s.get("runtime", "coroutines"),
-            max_steps,
-            s["lr"],
-            algorithm=algorithm,
-            config=s.get("config", {}),
-        )
-    elif problem.name in ("cartpole_dqn", "acrobot_dqn"):
-        manager = module.build_manager(seed=seed, max_steps=max_steps)
-    else:  # another engineer's example: pass what its build_manager accepts
-        params = inspect.signature(module.build_manager).parameters
-        kwargs = {k: v for k, v in {"seed": seed, "max_steps": max_steps}.items() if k in params}
-        if "seed" not in kwargs:
-            paddle.seed(seed)
-        manager = module.build_manager(**kwargs)
-    manager.config.seed = seed * 1_000
-    manager.config.max_steps = max_steps
-    return manager
+    try:
+        gym.make(problem.env_id).close()
+    except Exception as exc:  # an unknown id, a missing extra (gymnasium raises several kinds)
+        return f"{problem.env_id}: {exc}"
+    return None
 
 
 def run_parl(problem: Problem, seed: int, quick: int) -> RunResult:
-    import gymnasium as gym
+    """Train as ``parl train`` does (the experiment's build and a Trainer, as ``train_experiment``), recording
+    the time of each evaluation through a Trainer callback."""
+    import paddle
 
-    import parl
+    from parl.training.callbacks import TrainerCallback
+    from parl.training.trainer import Trainer
+    from parl.utils.evaluation import evaluate_greedy
 
-    max_steps = _steps_budget(problem, "parl", quick)
-    cap = QUICK_CAP_S if quick else problem.time_cap_s
+    class EvalTimes(TrainerCallback):
+        """Records each evaluation's steps, time and score; a score at the stop value is a confirmed solve."""
 
-    def make_env() -> gym.Env:
-        return gym.make(problem.env_id)
+        def __init__(self, start: float) -> None:
+            self.start = start
+            self.history: list[tuple[int, float, float]] = []
+            self.eval_seconds = 0.0
+            self.solved: tuple[int, float, int] | None = None  # steps, seconds, env steps when it ended
 
-    start = time.monotonic()
-    manager = _build_parl_manager(problem, seed, max_steps)
-    manager.config.max_seconds = cap
-    # The evaluation schedule is checked at each poll: poll often, so that time to solve is read to 10 ms.
-    manager.config.poll_s = 0.01
-    task = manager.tasks["RL"] if "RL" in manager.tasks else next(iter(manager.tasks.values()))
-    every = max(100, max_steps // 2) if quick else problem.eval_every
-    protocol = EvalProtocol(problem.threshold, every, start)
+        def on_metrics(self, trainer: Trainer, steps: int, scalars: Any) -> None:
+            if "eval/mean_return" not in scalars:
+                return
+            now, score = time.monotonic(), float(scalars["eval/mean_return"])
+            self.eval_seconds += float(scalars.get("time/eval_s", 0.0))
+            self.history.append((steps, round(now - self.start, 3), score))
+            stop = trainer.config.stop_value
+            if self.solved is None and stop is not None and score >= stop:
+                control = trainer.manager.control
+                self.solved = (steps, now - self.start, control.env_steps if control is not None else steps)
 
-    def evaluate(episodes: int, first_seed: int) -> np.ndarray:
-        return parl.evaluate_greedy(task, make_env, episodes, seed=first_seed)
-
-    # Learning waits while the policy is scored (SB3 pauses training to evaluate), and the parameters that
-    # solved are what the final evaluation scores (learning calls in flight at the stop may still run).
-    algorithm = task.algorithm
-    solved_state: list[dict[str, Any]] = []
-
-    def stop_when(control: Any) -> bool:
-        if not protocol.due(control.steps):
-            return False
-        with algorithm.model.learn_lock:
-            solved = protocol.step(control.steps, evaluate, lambda: control.steps)
-            if solved and not solved_state:
-                solved_state.append(algorithm.state_snapshot())
-        return solved
-
-    report = manager.run(stop_when=stop_when)
-    if protocol.solved_at_steps is None and protocol.due(report.steps):
-        # The agents spent the step budget between two polls, with an evaluation due: it is taken now, at
-        # the run's last step count, as the next poll would have taken it (a short run can end in one poll).
-        with algorithm.model.learn_lock:
-            if protocol.step(report.steps, evaluate):
-                solved_state.append(algorithm.state_snapshot())
-    total_seconds = time.monotonic() - start
-    if solved_state:
-        algorithm.set_state_dict(solved_state[0])
-    final = float(np.mean(evaluate(FINAL_EPISODES, FINAL_SEED)))
+    with tempfile.TemporaryDirectory(prefix="parl-learning-") as run_dir:
+        run = parl_run(problem, seed, quick, run_dir)
+        experiment, config = run.experiment, run.config
+        paddle.seed(seed)  # initial parameters of experiments that do not seed them themselves
+        start, cpu0 = time.monotonic(), _cpu_seconds()
+        times = EvalTimes(start)
+        make_eval_env = experiment.make_eval_env(config)
+        trainer = Trainer(
+            experiment.build(config),
+            config.train,
+            make_eval_env=make_eval_env,
+            eval_task=experiment.eval_task,
+            full_config={"experiment": problem.experiment, "config": config},
+            callbacks=[times],
+        )
+        summary = trainer.run()
+        total_seconds, cpu_seconds = time.monotonic() - start, _cpu_seconds() - cpu0
+        task = trainer.manager.tasks[experiment.eval_task]
+        if summary.solved:  # the best model is the solving evaluation's: every earlier score was below it
+            task.load(Path(run_dir) / "best" / f"task_{experiment.eval_task}.pdckpt")
+        final = float(np.mean(evaluate_greedy(task, make_eval_env, FINAL_EPISODES, seed=FINAL_SEED)))
+    solved = times.solved if summary.solved else None
     return RunResult(
-        problem.name, "parl", seed, protocol.solved_at_steps is not None, protocol.solved_at_steps,
-        protocol.solved_at_seconds, final, report.steps, total_seconds, protocol.eval_seconds, protocol.best,
-        protocol.history, steps_at_solve_end=protocol.solved_at_end_steps,
+        problem.name, "parl", seed, solved is not None, solved[0] if solved else None,
+        solved[1] if solved else None, final, summary.counters.env_steps, total_seconds, times.eval_seconds,
+        summary.best_eval, times.history, steps_at_solve_end=solved[2] if solved else None, cpu_seconds=cpu_seconds,
+        max_steps=config.train.max_steps, cap_s=float(config.train.max_seconds), quick=bool(quick),
+        settings=settings_of(problem, config), changed=run.changed, seeded=run.seeded,
     )  # fmt: skip
 
 
@@ -434,7 +510,7 @@ def run_sb3(problem: Problem, seed: int, quick: int) -> RunResult:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
-    budget = _steps_budget(problem, "sb3", quick)
+    budget = quick or int(ZOO[problem.zoo_key]["n_timesteps"])
     cap = QUICK_CAP_S if quick else problem.time_cap_s
 
     def make_env() -> gym.Env:
@@ -443,12 +519,11 @@ def run_sb3(problem: Problem, seed: int, quick: int) -> RunResult:
     probe = make_env()
     n_actions = int(np.prod(probe.action_space.shape)) if probe.action_space.shape else 0
     probe.close()
-    start = time.monotonic()
+    start, cpu0 = time.monotonic(), _cpu_seconds()
     n_envs, kwargs = _zoo_kwargs(problem, n_actions)
     env = make_vec_env(problem.env_id, n_envs=n_envs, seed=seed)
     model = getattr(sb3, problem.sb3_algo)("MlpPolicy", env, seed=seed, verbose=0, device="cpu", **kwargs)
-    every = max(100, budget // 2) if quick else problem.eval_every
-    protocol = EvalProtocol(problem.threshold, every, start)
+    protocol = EvalProtocol(problem.threshold, max(100, budget // 2) if quick else problem.eval_every, start)
 
     def evaluate(episodes: int, first_seed: int) -> np.ndarray:
         return sb3_evaluate(model, make_env, episodes, first_seed)
@@ -460,13 +535,14 @@ def run_sb3(problem: Problem, seed: int, quick: int) -> RunResult:
             return time.monotonic() - start < cap
 
     model.learn(total_timesteps=budget, callback=Stop())
-    total_seconds = time.monotonic() - start
+    protocol.finish(int(model.num_timesteps), evaluate)
+    total_seconds, cpu_seconds = time.monotonic() - start, _cpu_seconds() - cpu0
     final = float(np.mean(evaluate(FINAL_EPISODES, FINAL_SEED)))
     env.close()
     return RunResult(
         problem.name, "sb3", seed, protocol.solved_at_steps is not None, protocol.solved_at_steps,
         protocol.solved_at_seconds, final, int(model.num_timesteps), total_seconds, protocol.eval_seconds,
-        protocol.best, protocol.history, steps_at_solve_end=protocol.solved_at_end_steps,
+        protocol.best, protocol.history, cpu_seconds=cpu_seconds, max_steps=budget, cap_s=cap, quick=bool(quick),
     )  # fmt: skip
 
 
@@ -487,56 +563,111 @@ def run_one(problem: Problem, library: str, seed: int, quick: int, torch_threads
 def run_isolated(problem: Problem, library: str, seed: int, quick: int, torch_threads: int) -> RunResult:
     """Run in a fresh interpreter; a run that outlives its cap by far is killed and recorded as not solved."""
     cmd = [sys.executable, "-m", "benchmarks.learning", "--one", f"{problem.name},{library},{seed}"]
-    cmd += ["--parl-on-policy", json.dumps(PARL_ON_POLICY)]
     cmd += ["--torch-threads", str(torch_threads)] + (["--quick", "--quick-steps", str(quick)] if quick else [])
-    limit = (QUICK_CAP_S if quick else problem.time_cap_s) * 1.5 + 120.0
+    cap = QUICK_CAP_S if quick else problem.time_cap_s
+    limit = cap * 1.5 + 120.0
+    date = time.strftime("%Y-%m-%d %H:%M")
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=_ROOT)
     except subprocess.TimeoutExpired:
-        return _failed(problem, library, seed, f"killed after {limit:.0f}s")
+        return _failed(problem, library, seed, f"killed after {limit:.0f}s", cap, quick, date)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return _failed(problem, library, seed, f"exit {proc.returncode}: " + " | ".join(tail))
-    data = json.loads(lines[-1][len("RESULT ") :])
-    data["history"] = [tuple(h) for h in data["history"]]
-    return RunResult(**data)
+        return _failed(problem, library, seed, f"exit {proc.returncode}: " + " | ".join(tail), cap, quick, date)
+    result = run_from_record(json.loads(lines[-1][len("RESULT ") :]))
+    result.date = date
+    return result
 
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _failed(problem: Problem, library: str, seed: int, note: str) -> RunResult:
-    return RunResult(problem.name, library, seed, False, None, None, float("nan"), 0, 0.0, 0.0, float("nan"), [], note)
+def _failed(problem: Problem, library: str, seed: int, note: str, cap: float, quick: int, date: str) -> RunResult:
+    return RunResult(problem.name, library, seed, False, None, None, float("nan"), 0, 0.0, 0.0, float("nan"), [],
+                     note, cap_s=cap, quick=bool(quick), date=date)  # fmt: skip
+
+
+def run_from_record(record: dict[str, Any]) -> RunResult:
+    """A :class:`RunResult` from its JSON record (null figures are NaN)."""
+    data = dict(record)
+    data["history"] = [tuple(h) for h in data.get("history", [])]
+    for key in ("final_return", "best_eval", "cpu_seconds"):
+        if data.get(key) is None:
+            data[key] = float("nan")
+    names = {f.name for f in dataclasses.fields(RunResult)}
+    return RunResult(**{k: v for k, v in data.items() if k in names})
+
+
+# ----------------------------------------------------------------------------------------------------
+# Results: one record per (problem, library, seed), merged across invocations
+# ----------------------------------------------------------------------------------------------------
+def results_path() -> Path:
+    from benchmarks import common
+
+    return common.RESULTS / "learning.json"
+
+
+def load_results(path: Path | None) -> dict[str, Any]:
+    """The results recorded in ``path`` (none, or a file of older benchmark code: a fresh set)."""
+    fresh: dict[str, Any] = {"format": FORMAT, "problems": {}, "notes": []}
+    if path is None or not path.exists():
+        return fresh
+    data = json.loads(path.read_text())
+    if data.get("format") != FORMAT:
+        print(f"{path} holds results of an older version of this benchmark: they are not merged (replaced)")
+        return fresh
+    return data
+
+
+def recorded(results: dict[str, Any], problem: str, library: str, seed: int, quick: bool) -> RunResult | None:
+    """The recorded run of (problem, library, seed) measured in the same mode (quick or not), if any."""
+    record = results["problems"].get(problem, {}).get("runs", {}).get(library, {}).get(str(seed))
+    if record is None or bool(record.get("quick")) != quick:
+        return None
+    return run_from_record(record)
+
+
+def record(results: dict[str, Any], run: RunResult) -> None:
+    """Record ``run`` under (problem, library, seed), replacing what was there."""
+    entry = results["problems"].setdefault(run.problem, {})
+    entry.pop("skipped", None)
+    entry.setdefault("runs", {}).setdefault(run.library, {})[str(run.seed)] = asdict(run)
+
+
+def runs_of(results: dict[str, Any], problem: str, library: str) -> list[RunResult]:
+    """The recorded runs of ``problem`` on ``library``, by seed."""
+    by_seed = results["problems"].get(problem, {}).get("runs", {}).get(library, {})
+    return [run_from_record(by_seed[s]) for s in sorted(by_seed, key=int)]
 
 
 # ----------------------------------------------------------------------------------------------------
 # Summary and report
 # ----------------------------------------------------------------------------------------------------
-def summarize(runs: list[RunResult], cap: float) -> dict[str, Any]:
-    """Per library: solved count, median/mean steps and seconds over solved runs, censored median seconds."""
+def summarize(runs: list[RunResult]) -> dict[str, Any]:
+    """Per library: solved count, median steps and seconds over solved runs, censored median seconds, CPU use."""
     solved = [r for r in runs if r.solved]
     steps = [r.steps_to_threshold for r in solved if r.steps_to_threshold is not None]
     secs = [r.seconds_to_threshold for r in solved if r.seconds_to_threshold is not None]
-    # Unsolved runs count as the cap: the median over all seeds is then a fair "typical time to solve".
-    censored = sorted(r.seconds_to_threshold if r.solved and r.seconds_to_threshold else cap for r in runs)
+    # Unsolved runs count as their cap: the median over all seeds is then a fair "typical time to solve".
+    censored = sorted(r.seconds_to_threshold if r.solved and r.seconds_to_threshold else r.cap_s for r in runs)
     finals = [r.final_return for r in runs if np.isfinite(r.final_return)]
+    cpu = [r.cpu_use for r in runs if np.isfinite(r.cpu_use)]
     return {
         "runs": len(runs),
         "solved": len(solved),
         "median_steps": statistics.median(steps) if steps else None,
-        "mean_steps": statistics.fmean(steps) if steps else None,
         "median_seconds": statistics.median(secs) if secs else None,
-        "mean_seconds": statistics.fmean(secs) if secs else None,
         "median_seconds_censored": statistics.median(censored) if censored else None,
         "median_censored_is_cap": bool(censored) and len(solved) * 2 <= len(runs),
+        "median_cpu_use": statistics.median(cpu) if cpu else None,
         "mean_final_return": statistics.fmean(finals) if finals else None,
         "mean_eval_seconds": statistics.fmean([r.eval_seconds for r in runs]) if runs else None,
     }
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
+    return "-" if x is None or not np.isfinite(x) else f"{x:,.{digits}f}"
 
 
 def _steps(x: float | None) -> str:
@@ -554,116 +685,152 @@ def verdict(problem: Problem, parl: dict[str, Any], sb3: dict[str, Any]) -> tupl
     return ratio, ("met" if ratio <= problem.target_ratio else "missed")
 
 
-def _provenance(results: dict[str, Any], names: Sequence[str] | None = None) -> str:
-    """Seeds and date of the run that measured ``names`` (default: every problem), per problem when
-    the report merges several runs."""
-    groups: dict[tuple[Any, Any], list[str]] = {}
-    for name, entry in results["problems"].items():
-        if names is not None and name not in names:
-            continue
-        m = entry.get("measured", {"date": results["date"], "seeds": results["seeds"]})
-        groups.setdefault((m["seeds"], m["date"]), []).append(name)
-    if len(groups) == 1:
-        ((seeds, date),) = groups
-        return f"{seeds} seed(s), {date}"
-    if not groups:
-        return f"{results['seeds']} seed(s), {results['date']}"
-    parts = [f"{', '.join(group)}: {seeds} seed(s), {date}" for (seeds, date), group in groups.items()]
-    return "runs merged with `--merge`; " + "; ".join(parts)
+def summaries(results: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any], float | None, str]:
+    """(parl summary, SB3 summary, ratio, status) of a problem from its recorded runs."""
+    parl_runs, sb3_runs = runs_of(results, name, "parl"), runs_of(results, name, "sb3")
+    parl_s = summarize(parl_runs) if parl_runs else {}
+    sb3_s = summarize(sb3_runs) if sb3_runs else {}
+    ratio, status = verdict(PROBLEMS[name], parl_s, sb3_s) if parl_s and sb3_s else (None, "not measured")
+    return parl_s, sb3_s, ratio, status
 
 
-def markdown(results: dict[str, Any]) -> str:
-    proto = results["protocol"]
+def _dates(results: dict[str, Any], names: Sequence[str]) -> str:
+    dates = sorted(r.date for n in names for lib in ("parl", "sb3") for r in runs_of(results, n, lib) if r.date)
+    if not dates:
+        return "no runs recorded"
+    return dates[0] if dates[0] == dates[-1] else f"runs of {dates[0]} to {dates[-1]}"
+
+
+def _budget(runs: list[RunResult]) -> str:
+    budgets = sorted({r.max_steps for r in runs if r.max_steps})
+    return ", ".join(f"{b:,}" for b in budgets) or "-"
+
+
+def _seed_cell(r: RunResult) -> str:
+    if r.solved and r.seconds_to_threshold is not None and r.steps_to_threshold is not None:
+        outcome = f"{r.seconds_to_threshold:.1f} s / {r.steps_to_threshold:,}"
+    else:
+        outcome = f"not solved ({_fmt(r.final_return)}){' ' + r.note if r.note else ''}"
+    return f"{outcome} ({_fmt(r.cpu_use, 2)})"
+
+
+def parl_command(problem: Problem, changed: dict[str, Any]) -> str:
+    """The ``parl train`` command line of a run (the protocol's changes as ``--set``, without the seed)."""
+    target = f"{problem.experiment} --env {problem.env_id}" if problem.any_env else problem.experiment
+    sets = " ".join(f"--set {k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changed.items())
+    return f"parl train {target}" + (f" {sets}" if sets else "")
+
+
+def _shown(names: Sequence[str], results: dict[str, Any]) -> list[str]:
+    return [n for n in PROBLEMS if n in names and n in results["problems"]]
+
+
+def markdown(results: dict[str, Any], names: Sequence[str] | None = None) -> str:
+    """The learning section of docs/benchmarks.md: the recorded problems (or ``names``)."""
+    shown = _shown(list(PROBLEMS) if names is None else names, results)
+    machine = results.get("machine", {})
     lines = [
-        "## Learning: time to solve, parl against Stable-Baselines3",
+        "## Learning: time to solve, `parl train` against Stable-Baselines3",
         "",
-        f"Measured by `python -m benchmarks.learning` ({_provenance(results)}), parl and SB3 "
-        "alternating run by run in the same invocation on the same machine, each run in a fresh process. "
-        f"Machine: {results['machine'].get('cpus')} CPUs, Python {results['machine'].get('python')}, "
-        f"Paddle {results['machine'].get('paddle')}, torch {results['machine'].get('torch')} "
-        f"(SB3 {results['machine'].get('stable_baselines3')}, torch threads {results['torch_threads']}).",
+        f"Measured by `python -m benchmarks.learning` ({_dates(results, shown)}), parl and SB3 alternating run by "
+        "run (parl seed 0, SB3 seed 0, parl seed 1, ...), each run in a fresh process; results are kept per "
+        "(problem, library, seed), so problems run on their own merge into this table. "
+        f"Machine: {machine.get('cpus')} CPUs, Python {machine.get('python')}, Paddle {machine.get('paddle')}, "
+        f"torch {machine.get('torch')} (SB3 {machine.get('stable_baselines3')}, torch threads "
+        f"{results.get('torch_threads')}).",
         "",
-        f"Protocol, identical on both sides: every *eval every* env steps, {proto['screen_episodes']} greedy "
-        f"(deterministic) episodes; a mean at or above the threshold is confirmed on {proto['confirm_episodes']} "
-        "other episodes, and the run is solved when that mean reaches the threshold. Episodes of one evaluation "
-        "run side by side with one batched prediction per step. Wall time runs from building the learner to "
-        "the end of the confirming evaluation and **includes evaluation time on both sides**; both sides "
-        "stop learning while they evaluate (SB3 pauses training; parl's evaluation holds the task's learning "
-        "lock, so learning calls wait while its agents may still act). "
-        "SB3 uses the RL-Zoo hyperparameters and its `n_timesteps` as step budget; every run also has a wall-time "
-        "cap. *Final* is the mean return over 20 other greedy episodes of the policy that solved (parl restores "
-        "the parameters of its solving evaluation; updates already in flight at the stop are dropped) or, "
-        "unsolved, of the last one. Steps are counted when the solving evaluation started (for parl, at episode "
-        "ends); parl's agents may keep acting while it evaluates (recorded per run in the JSON): compare wall "
-        "times.",
+        "**parl runs what `parl train <experiment>` builds with its shipped defaults** (`parl train ppo --env "
+        "LunarLander-v3` for lunar_ppo): the experiment from `resolve_experiment`, its `default_config()`, its "
+        "`build` and the `Trainer`, as `train_experiment` does. The benchmark changes only what its protocol "
+        "needs, listed per problem under *Settings*: the evaluation episodes and cadence (identical on both "
+        "sides), the wall-time cap, the seed, no TensorBoard and no progress line, a temporary run directory. "
+        "SB3 runs RL-Zoo 2.9.2's hyperparameters with its `n_timesteps` as step budget; parl's budget is the "
+        "experiment's `train.max_steps`.",
         "",
-        "Steps and seconds to threshold are over solved runs; *median s (all)* counts an unsolved run as "
-        "the cap and is what the ratio compares.",
+        f"Protocol, identical on both sides (the Trainer's evaluation; the same loop around SB3's "
+        f"`model.predict(deterministic=True)`): at the first step count at or past each multiple of *eval every* "
+        f"env steps, {SCREEN_EPISODES} greedy episodes; a mean at or above the threshold is confirmed on "
+        f"{CONFIRM_EPISODES} episodes of other seeds, and the run is solved when that mean reaches the "
+        "threshold; a run that ends unsolved has its final policy evaluated once more. parl's step count is "
+        "read at each poll of the Manager (`ManagerConfig.poll_s`, default 50 ms), SB3's at each vectorised "
+        "step, and parl's agents may keep acting while it evaluates (`steps_at_solve_end` in the JSON): compare "
+        "wall times. The episodes of an "
+        "evaluation run side by side, one batched prediction per step. Neither side learns while it evaluates "
+        "(SB3 pauses; the Trainer holds the task's learning lock, so learning calls wait while agents not "
+        "waiting for one keep acting). Wall time runs from building the learner to the end of the confirming "
+        "evaluation and **includes evaluation time on both sides**, and for parl what the Trainer does on the "
+        "way (saving the best model after an improving evaluation, periodic checkpoints, the metrics CSV). "
+        "*CPU* is the run's process CPU time (user + system, all threads and waited-for children: `os.times()` "
+        "in the run's process) over its wall time from building the learner to the end of training; 1.0 is one "
+        f"core kept busy. *Final*: mean return of {FINAL_EPISODES} other greedy episodes of the solving "
+        "parameters (parl: the best model the Trainer saved) or, unsolved, of the last policy. Steps and seconds "
+        "to threshold are over solved runs; *median s (all)* counts an unsolved run as its cap and is what the "
+        "ratio compares.",
         "",
-        "| problem | threshold | eval every | library | solved | median steps | mean steps | median s | mean s "
-        "| median s (all) | final | parl/SB3 time | target | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| problem | threshold | eval every | library | solved | median steps | median s | median s (all) | CPU "
+        "| final | parl/SB3 time | target |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, entry in results["problems"].items():
-        prob = PROBLEMS[name]
+    for name in shown:
+        prob, entry = PROBLEMS[name], results["problems"][name]
         if "skipped" in entry:
             lines.append(f"| {name} | {prob.threshold:g} | {prob.eval_every:,} | - | skipped: {entry['skipped']} "
-                         "| | | | | | | | | |")  # fmt: skip
+                         "| | | | | | | |")  # fmt: skip
             continue
-        ratio, status = entry.get("ratio"), entry.get("status", "")
-        target = f"<= {prob.target_ratio:g}x"
-        for lib in ("parl", "sb3"):
-            s = entry[lib]["summary"]
+        parl_s, sb3_s, ratio, status = summaries(results, name)
+        for lib, s in (("parl", parl_s), ("sb3", sb3_s)):
             if not s:
                 continue
             cap_mark = ">" if s["median_censored_is_cap"] else ""
-            label = "parl" if lib == "parl" else f"SB3 {prob.sb3_algo}"
-            algo = prob.sb3_algo if lib == "parl" else ""
+            label = f"parl {prob.sb3_algo}" if lib == "parl" else f"SB3 {prob.sb3_algo}"
+            tail = f"{_fmt(ratio, 2)} | <= {prob.target_ratio:g}x: {status} |" if lib == "parl" else " | |"
             lines.append(
-                f"| {name} | {prob.threshold:g} | {prob.eval_every:,} | {label}{' ' + algo if algo else ''} | "
-                f"{s['solved']}/{s['runs']} | {_steps(s['median_steps'])} | {_steps(s['mean_steps'])} | "
-                f"{_fmt(s['median_seconds'])} | {_fmt(s['mean_seconds'])} | "
-                f"{cap_mark}{_fmt(s['median_seconds_censored'])} | {_fmt(s['mean_final_return'])} | "
-                + (f"{_fmt(ratio, 2)} | {target} | {status} |" if lib == "parl" else " | | |")
+                f"| {name} | {prob.threshold:g} | {prob.eval_every:,} | {label} | {s['solved']}/{s['runs']} | "
+                f"{_steps(s['median_steps'])} | {_fmt(s['median_seconds'])} | "
+                f"{cap_mark}{_fmt(s['median_seconds_censored'])} | {_fmt(s['median_cpu_use'], 2)} | "
+                f"{_fmt(s['mean_final_return'])} | {tail}"
             )
-    lines += ["", "Targets: CartPole-v1 PPO solved in at most 0.5x the wall time of SB3 PPO; every other problem no "
-              "slower than SB3 (ratio <= 1)."]  # fmt: skip
-    lines += ["", "Per seed (seconds / env steps to threshold, or the final return of an unsolved run):", "",
-              "| problem | library | " + " | ".join(f"seed {i}" for i in range(results["seeds"])) + " |",
-              "|---|---|" + "---|" * results["seeds"]]  # fmt: skip
-    for name, entry in results["problems"].items():
+    lines += [
+        "",
+        "Targets (issue 39): CartPole-v1 PPO solved in at most 0.5x the wall time of SB3 PPO; CartPole A2C and "
+        "DQN, Acrobot DQN, Pendulum TD3 and SAC, LunarLander PPO no slower than SB3.",
+    ]
+    seeds = sorted({r.seed for n in shown for lib in ("parl", "sb3") for r in runs_of(results, n, lib)})
+    lines += ["", "Per seed (seconds / env steps to threshold, or the final return of an unsolved run; CPU use):",
+              "", "| problem | library | " + " | ".join(f"seed {i}" for i in seeds) + " |",
+              "|---|---|" + "---|" * len(seeds)]  # fmt: skip
+    for name in shown:
         for lib in ("parl", "sb3"):
-            runs = entry.get(lib, {}).get("runs", [])
-            if runs:
-                cells = [
-                    f"{r['seconds_to_threshold']:.1f} s / {r['steps_to_threshold']:,}"
-                    if r["solved"]
-                    else f"not solved ({_fmt(r['final_return'])}){' ' + r['note'] if r['note'] else ''}"
-                    for r in runs
-                ]
+            by_seed = {r.seed: r for r in runs_of(results, name, lib)}
+            if by_seed:
+                cells = [_seed_cell(by_seed[s]) if s in by_seed else "" for s in seeds]
                 lines.append(f"| {name} | {lib} | " + " | ".join(cells) + " |")
-    lines += ["", "Settings (parl: the example's `build_manager` with these arguments; SB3: RL-Zoo 2.9.2 "
-              "hyperparameters), step budgets and wall-time cap per run:", "",
-              "| problem | parl | SB3 | steps parl / SB3 | cap |", "|---|---|---|---|---|"]  # fmt: skip
-    for name, entry in results["problems"].items():
+    lines += ["", "Settings: parl's command line (the protocol's `--set` values that differ from the experiment's "
+              "defaults; the seed also goes to the fields listed) and the experiment's defaults that matter; SB3's "
+              "RL-Zoo 2.9.2 hyperparameters; step budgets and wall-time cap per run:", "",
+              "| problem | parl | parl defaults | SB3 (RL-Zoo) | steps parl / SB3 | cap |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
+    for name in shown:
         prob = PROBLEMS[name]
+        parl_runs, sb3_runs = runs_of(results, name, "parl"), runs_of(results, name, "sb3")
+        last = parl_runs[-1] if parl_runs else None
+        command = f"`{parl_command(prob, last.changed)}`; seed: {', '.join(last.seeded)}" if last else "-"
+        defaults = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in last.settings.items()) if last else "-"
         zoo = ", ".join(f"{k}={v}" for k, v in ZOO[prob.zoo_key].items() if k != "n_timesteps")
-        lines.append(
-            f"| {name} | `{prob.parl_module}`: {entry.get('parl_settings', '-')} | {prob.sb3_algo}: {zoo} | "
-            f"{prob.parl_max_steps:,} / {int(ZOO[prob.zoo_key]['n_timesteps']):,} | {prob.time_cap_s:.0f} s |"
-        )
-    load = results["machine"]
-    lines += ["", f"Load average (1, 5, 15 min) at start {_load(load.get('loadavg_at_start'))}, at end "
-              f"{_load(load.get('loadavg_at_end'))}."]  # fmt: skip
+        budgets = " / ".join(_budget(runs) for runs in (parl_runs, sb3_runs))
+        caps = sorted({f"{r.cap_s:.0f} s" for r in parl_runs + sb3_runs if r.cap_s})
+        lines.append(f"| {name} | {command} | {defaults} | {prob.sb3_algo}: {zoo} | {budgets} | {', '.join(caps)} |")
+    lines += ["", f"Load average (1, 5, 15 min) at start {_load(machine.get('loadavg_at_start'))}, at end "
+              f"{_load(machine.get('loadavg_at_end'))} (last invocation)."]  # fmt: skip
     if results.get("notes"):
         lines += [""] + [f"- {n}" for n in results["notes"]]
-    lines += ["", "Per-run figures (steps and seconds to threshold, final return, caps, evaluation seconds) are in "
-              "`benchmarks/results/learning.json`."]  # fmt: skip
+    lines += ["", "Per-run figures (steps and seconds to threshold, CPU seconds, evaluation history, final return) "
+              "are in `benchmarks/results/learning.json`."]  # fmt: skip
     return "\n".join(lines)
 
 
 ALGORITHM_PAGES: dict[str, list[str]] = {
-    "ppo": ["cartpole_ppo"],
+    "ppo": ["cartpole_ppo", "lunar_ppo"],
     "a2c": ["cartpole_a2c"],
     "dqn": ["cartpole_dqn", "acrobot_dqn"],
     "td3": ["pendulum_td3"],
@@ -675,33 +842,34 @@ ALGORITHM_PAGES: dict[str, list[str]] = {
 def algorithm_results(results: dict[str, Any], problems: list[str]) -> str | None:
     """The Results block of one algorithm page: parl next to SB3 for ``problems`` (None: none measured)."""
     rows = []
+    measured = []
     for name in problems:
         entry = results["problems"].get(name)
         if entry is None or "skipped" in entry:
             continue
-        parl_s, sb3_s = entry.get("parl", {}).get("summary"), entry.get("sb3", {}).get("summary")
+        parl_s, sb3_s, ratio, status = summaries(results, name)
         if not parl_s:
             continue
+        measured.append(name)
         prob = PROBLEMS[name]
         sb3 = "- | - | -"
         if sb3_s:
             sb3 = f"{sb3_s['solved']}/{sb3_s['runs']} | {_steps(sb3_s['median_steps'])} | "
             sb3 += _fmt(sb3_s["median_seconds_censored"])
-        ratio = entry.get("ratio")
         rows.append(
             f"| {prob.env_id} ({name}) | {prob.threshold:g} | {parl_s['solved']}/{parl_s['runs']} | "
             f"{_steps(parl_s['median_steps'])} | {_fmt(parl_s['median_seconds_censored'])} | {sb3} | "
             f"{_fmt(ratio, 2) if ratio is not None else '-'} (target <= {prob.target_ratio:g}x, "
-            f"{entry.get('status', 'no SB3 side')}) |"
+            f"{status if sb3_s else 'no SB3 side'}) |"
         )
     if not rows:
         return None
     return "\n".join(
         [
-            f"From the learning benchmark (`python -m benchmarks.learning`, {_provenance(results, problems)}; "
-            "protocol, settings and per-seed figures in [Benchmarks](../benchmarks.md)). "
-            "Solved: a greedy mean at or above the threshold over 20 episodes; times are medians of wall "
-            "time to solve, an unsolved run counted as the cap.",
+            f"From the learning benchmark (`python -m benchmarks.learning`, {_dates(results, measured)}; `parl "
+            "train` with the shipped defaults; protocol, settings and per-seed figures in "
+            "[Benchmarks](../benchmarks.md)). Solved: a greedy mean at or above the threshold over 20 episodes; "
+            "times are medians of wall time to solve, an unsolved run counted as the cap.",
             "",
             "| problem | threshold | parl solved | parl median steps | parl median s | SB3 solved | "
             "SB3 median steps | SB3 median s | parl/SB3 time |",
@@ -741,7 +909,7 @@ def _load(values: Any) -> str:
     return "-" if not values else ", ".join(f"{v:.1f}" for v in values)
 
 
-def _machine(torch_threads: int) -> dict[str, Any]:
+def _machine() -> dict[str, Any]:
     from benchmarks.common import machine
 
     info = machine()
@@ -757,43 +925,81 @@ def _machine(torch_threads: int) -> dict[str, Any]:
     return info
 
 
+def _save(results: dict[str, Any], path: Path | None, docs: bool) -> None:
+    """Write the results file (if any) and, with ``docs``, the learning section and the algorithm pages."""
+    from benchmarks.common import write_docs_section, write_json
+
+    results["machine"]["loadavg_at_end"] = os.getloadavg()
+    if path is not None:
+        write_json(path, results)
+    if docs:
+        write_docs_section("learning", markdown(results))
+        write_algorithm_pages(results)
+
+
+def _report(r: RunResult) -> str:
+    return (
+        f"{r.problem} {r.library} seed {r.seed}: solved={r.solved} steps={r.steps_to_threshold} "
+        f"seconds={_fmt(r.seconds_to_threshold)} final={_fmt(r.final_return)} cpu={_fmt(r.cpu_use, 2)} "
+        f"(ran {r.total_steps} steps in {r.total_seconds:.1f}s, eval {r.eval_seconds:.1f}s) {r.note}"
+    )
+
+
+def _run_problem(
+    results: dict[str, Any],
+    problem: Problem,
+    seeds: int,
+    libraries: list[str],
+    args: argparse.Namespace,
+    path: Path | None,
+) -> None:
+    """Run the seeds of ``problem`` not recorded yet (all with ``--force``), alternating libraries run by run."""
+    quick = args.quick_steps if args.quick else 0
+    for seed in range(seeds):
+        for lib in libraries:
+            if not args.force and recorded(results, problem.name, lib, seed, bool(quick)) is not None:
+                print(f"{problem.name} {lib} seed {seed}: recorded, not run again (--force runs it)", flush=True)
+                continue
+            run = run_isolated(problem, lib, seed, quick, args.torch_threads)
+            record(results, run)
+            print(_report(run), flush=True)
+            _save(results, path, docs=False)  # after every run: an interrupted invocation resumes from here
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", default=",".join(PROBLEMS), help="comma-separated, from: " + ",".join(PROBLEMS))
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, help="seeds per problem (default: 5, lunar_ppo 3)")
     parser.add_argument("--libraries", default="parl,sb3", help="parl, sb3 or both (default)")
-    parser.add_argument("--quick", action="store_true", help="one seed, tiny budgets: a smoke test")
+    parser.add_argument("--force", action="store_true", help="run again the (problem, library, seed) runs recorded")
+    parser.add_argument("--quick", action="store_true", help="one seed, tiny budgets, nothing written: a smoke test")
     parser.add_argument("--quick-steps", type=int, default=QUICK_STEPS, help="step budget with --quick")
-    parser.add_argument("--write", action="store_true", help="write results even with --quick")
-    parser.add_argument("--no-write", action="store_true", help="never write results")
-    parser.add_argument(
-        "--merge", action="store_true", help="replace only the problems run here in an existing results/learning.json"
-    )
+    parser.add_argument("--results", type=Path, help="results file (default benchmarks/results/learning.json; "
+                        "with --quick, none unless given)")  # fmt: skip
+    parser.add_argument("--no-write", action="store_true", help="write nothing (neither results nor docs)")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch threads of SB3 runs (0: torch default)")
     parser.add_argument("--note", action="append", default=[], help="a note for the report (repeatable)")
-    parser.add_argument("--parl-on-policy", help=argparse.SUPPRESS)  # JSON merged into PARL_ON_POLICY (tuning)
-    parser.add_argument("--render", action="store_true", help="rewrite the report from results/learning.json (+ notes)")
+    parser.add_argument("--render", action="store_true", help="rewrite the docs from the results file (+ notes)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # "problem,library,seed": run once, print RESULT json
     args = parser.parse_args(argv)
-    if args.parl_on_policy:
-        for algorithm, settings in json.loads(args.parl_on_policy).items():
-            PARL_ON_POLICY[algorithm].update(settings)
-
-    if args.render:
-        from benchmarks.common import RESULTS, write_results
-
-        saved = json.loads((RESULTS / "learning.json").read_text())
-        saved["notes"] = list(saved.get("notes", [])) + list(args.note)
-        write_results("learning", saved, markdown(saved))
-        write_algorithm_pages(saved)
-        print(markdown(saved))
-        return
+    quick = args.quick_steps if args.quick else 0
 
     if args.one:
         name, library, seed = args.one.split(",")
-        quick = args.quick_steps if args.quick else 0
         result = run_one(PROBLEMS[name], library, int(seed), quick, args.torch_threads)
         print("RESULT " + json.dumps(asdict(result), default=float), flush=True)
+        return
+
+    path = None if args.no_write else (args.results or (None if args.quick else results_path()))
+    docs = not (args.no_write or args.quick)
+    results = load_results(args.results or results_path()) if args.render else load_results(path)
+    results["notes"] = list(dict.fromkeys([*results.get("notes", []), *args.note]))
+    if args.render:
+        from benchmarks.common import write_docs_section
+
+        write_docs_section("learning", markdown(results))
+        write_algorithm_pages(results)
+        print(markdown(results))
         return
 
     names = [n.strip() for n in args.problems.split(",") if n.strip()]
@@ -801,99 +1007,27 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown problems {unknown}; choose from {list(PROBLEMS)}")
     libraries = [lib.strip() for lib in args.libraries.split(",") if lib.strip()]
-    seeds = 1 if args.quick else args.seeds
     if "sb3" in libraries:
         try:
             import stable_baselines3  # noqa: F401
         except ImportError:
             print("stable_baselines3 is not installed (`make bench-learning` installs it): SB3 side skipped")
             libraries = [lib for lib in libraries if lib != "sb3"]
-
-    results: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "seeds": seeds,
-        "quick": args.quick,
-        "torch_threads": args.torch_threads,
-        "machine": _machine(args.torch_threads),
-        "protocol": {
-            "screen_episodes": SCREEN_EPISODES,
-            "confirm_episodes": CONFIRM_EPISODES,
-            "final_episodes": FINAL_EPISODES,
-            "eval_time_counted": "included in wall time on both sides",
-        },
-        "zoo_hyperparameters": ZOO,
-        "parl_on_policy_settings": PARL_ON_POLICY,
-        "problems": {},
-        "notes": list(args.note),
-    }
-    started = time.monotonic()
+    results["machine"] = _machine()
+    results["torch_threads"] = args.torch_threads
+    results["protocol"] = {"screen_episodes": SCREEN_EPISODES, "confirm_episodes": CONFIRM_EPISODES,
+                           "final_episodes": FINAL_EPISODES, "eval_time_counted": "included on both sides"}  # fmt: skip
+    results["zoo_hyperparameters"] = ZOO
     for name in names:
         problem = PROBLEMS[name]
-        entry: dict[str, Any] = {
-            "env_id": problem.env_id,
-            "threshold": problem.threshold,
-            "eval_every": problem.eval_every,
-            "time_cap_s": problem.time_cap_s,
-            "target_ratio": problem.target_ratio,
-        }
-        entry["parl_settings"] = parl_settings(problem)
-        entry["measured"] = {"date": results["date"], "seeds": seeds}  # a merged report mixes runs
-        missing = parl_available(problem) if "parl" in libraries else None
+        missing = (parl_missing(problem) if "parl" in libraries else None) or env_missing(problem)
         if missing is not None:
-            print(f"{name}: parl example missing, skipped ({missing})", flush=True)
-            entry["skipped"] = missing
-            results["problems"][name] = entry
-            continue
-        runs: dict[str, list[RunResult]] = {lib: [] for lib in ("parl", "sb3")}
-        for seed in range(seeds):
-            for lib in libraries:
-                r = run_isolated(problem, lib, seed, args.quick_steps if args.quick else 0, args.torch_threads)
-                runs[lib].append(r)
-                print(
-                    f"{name} {lib} seed {seed}: solved={r.solved} steps={r.steps_to_threshold} "
-                    f"seconds={_fmt(r.seconds_to_threshold)} final={_fmt(r.final_return)} "
-                    f"(ran {r.total_steps} steps in {r.total_seconds:.1f}s, eval {r.eval_seconds:.1f}s) {r.note}",
-                    flush=True,
-                )
-        cap = QUICK_CAP_S if args.quick else problem.time_cap_s
-        for lib in ("parl", "sb3"):
-            summary = summarize(runs[lib], cap) if runs[lib] else {}
-            entry[lib] = {"runs": [asdict(r) for r in runs[lib]], "summary": summary}
-        if runs["parl"] and runs["sb3"]:
-            entry["ratio"], entry["status"] = verdict(problem, entry["parl"]["summary"], entry["sb3"]["summary"])
-        results["problems"][name] = entry
-        if args.merge:
-            results["problems"] = _merged(results["problems"])
-        # Write after every problem, so a long run that is cut short still leaves its finished rows.
-        _write(results, started, final=name == names[-1], enabled=not args.no_write and (not args.quick or args.write))
-
-
-def _merged(new: dict[str, Any]) -> dict[str, Any]:
-    """The problems of the saved results, with those in ``new`` replaced (in the order of PROBLEMS)."""
-    from benchmarks.common import RESULTS
-
-    path = RESULTS / "learning.json"
-    saved_results = json.loads(path.read_text()) if path.exists() else {"problems": {}}
-    saved = saved_results["problems"]
-    for entry in saved.values():
-        # Rows from before per-problem records came from one run: the file's date and seed count.
-        entry.setdefault("measured", {"date": saved_results.get("date"), "seeds": saved_results.get("seeds")})
-    combined = {**saved, **new}
-    return {name: combined[name] for name in PROBLEMS if name in combined}
-
-
-def _write(results: dict[str, Any], started: float, final: bool, enabled: bool) -> None:
-    results["total_seconds"] = time.monotonic() - started
-    results["complete"] = final
-    results["machine"]["loadavg_at_end"] = os.getloadavg()
-    md = markdown(results)
-    if final:
-        print(md)
-    if enabled:
-        from benchmarks.common import write_results
-
-        write_results("learning", results, md)
-        write_algorithm_pages(results)
+            print(f"{name}: skipped ({missing})", flush=True)
+            results["problems"].setdefault(name, {})["skipped"] = missing
+        else:
+            _run_problem(results, problem, 1 if args.quick else (args.seeds or problem.seeds), libraries, args, path)
+        _save(results, path, docs=docs)
+    print(markdown(results, names))
 
 
 if __name__ == "__main__":

@@ -357,7 +357,7 @@ def test_slow_task_drops_no_request(runtime: str) -> None:
             echo_task_config(
                 algo,
                 helper=parl.OnPolicyHelper,
-                helper_config=parl.OnPolicyConfig(sample_interval=3),
+                helper_config=parl.OnPolicyConfig(sample_interval=5),
                 wrapper=parl.WrapperConfig(poll_s=0.01, train_max_wait_s=0.01),
             )
         ],
@@ -369,7 +369,7 @@ def test_slow_task_drops_no_request(runtime: str) -> None:
     made = sum(len(s.agent.records) for s in manager.slots)  # type: ignore[union-attr]
     assert made == 4 * 2 * 5 == report.prediction_stats["RL"].samples == sum(algo.predict_sizes)
     assert report.training_stats["RL"].samples == 4 * 2 * 5 == sum(algo.learn_sizes)
-    assert report.training_stats["RL"].requests == 4 * 2 * 2  # chunks of 3 and 2 transitions per episode
+    assert report.training_stats["RL"].requests == 4 * 2  # a chunk of 5 transitions per episode
 
 
 def test_stop_from_another_thread_returns_and_leaves_no_thread(runtime: str) -> None:
@@ -396,14 +396,26 @@ class BlockedLearner(parl.AgentHelper):
         return self._send(make_batch(np.zeros((1, 2), np.float32), np.zeros(1)))
 
 
+class LearningStepAgentButZero(LearningStepAgent):
+    """Agent 0 keeps predicting and never sends a learning request: the others' call waits for it."""
+
+    def run_one_episode(self) -> float:
+        if self.agent_id == 0:
+            while True:
+                self.helpers["RL"].predict({"obs": np.zeros(2, np.float32)})
+                time.sleep(0.01)
+        return super().run_one_episode()
+
+
 def test_agents_blocked_in_learn_are_stopped_by_the_time_budget(runtime: str) -> None:
-    # min_train_batch_size can never be reached and train_max_wait_s is huge: every agent blocks in
-    # learn forever, no episode ends. max_seconds must still end the run promptly.
+    # min_train_batch_size can never be reached, train_max_wait_s is huge, and agent 0 acts without ever
+    # sending a request, so no learning call starts: agents 1-3 block in learn forever, no episode ends.
+    # max_seconds must still end the run promptly.
     before = live_threads()
     wrapper = parl.WrapperConfig(min_train_batch_size=1000, train_max_wait_s=1e6)
     manager = parl.Manager(
         [echo_task_config(helper=BlockedLearner, wrapper=wrapper)],
-        LearningStepAgent,
+        LearningStepAgentButZero,
         counter_envs(3),
         _config(runtime, max_seconds=0.5),
     )

@@ -576,7 +576,7 @@ def test_valid_action_indices_and_weights_pass_their_checks() -> None:
 
 
 def test_numpy_flags_for_explore_and_store_final_are_accepted() -> None:
-    with running_helper(EchoAlgorithm(), parl.OnPolicyHelper) as h:
+    with running_helper(EchoAlgorithm(), parl.OnPolicyHelper, parl.OnPolicyConfig(sample_interval=2)) as h:
         obs = np.zeros(2, np.float32)
         h.act(obs, explore=np.bool_(False))  # type: ignore[arg-type]
         h.store_step(1.0)

@@ -114,7 +114,7 @@ def test_store_step_records_each_predict_once_and_checks_its_reward() -> None:
         with pytest.raises(ValueError, match="call predict first"):
             keeps_nothing.store_step(1.0)  # store_data recorded that step already
         keeps_nothing.predict({"obs": np.zeros(2, np.float32)})
-        with pytest.raises(ValueError, match=r"rewards field 'reward': expected finite values, got nan"):
+        with pytest.raises(ValueError, match=r"rewards field 'reward': expected finite values, got NaN or inf"):
             keeps_nothing.store_step(float("nan"))
         keeps_nothing.store_step(1.0)  # the refused record left the step open
         keeps_nothing.predict({"obs": np.zeros(2, np.float32)})

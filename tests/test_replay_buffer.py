@@ -218,7 +218,7 @@ def test_spec_errors_name_the_buffer_group_and_field() -> None:
         buf.add(replace(_rows(0, 2), actions={"action": np.zeros(2)}))
     with pytest.raises(SpecError, match=r"rewards: missing field\(s\) \['reward'\]"):
         buf.add(replace(_rows(0, 2), rewards={}))
-    with pytest.raises(SpecError, match=r"rewards field 'reward': contains NaN"):
+    with pytest.raises(SpecError, match=r"rewards field 'reward': expected finite values, got NaN"):
         buf.add(replace(_rows(0, 2), rewards={"reward": np.array([0.0, np.nan], np.float32)}))
     with pytest.raises(SpecError, match=r"batch field 'terminal': expected shape \(2,\), got \(3,\)"):
         buf.add(replace(_rows(0, 2), terminal=np.zeros(3, bool)))

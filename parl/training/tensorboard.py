@@ -19,6 +19,7 @@ truncated last record (as left by a crash), with a logged warning.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -28,20 +29,27 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import SimpleNamespace, TracebackType
 from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError
-from tensorboardX import crc32c as _crc
-from tensorboardX.proto.event_pb2 import Event
-from tensorboardX.proto.summary_pb2 import Summary
-from tensorboardX.summary import histogram as _histogram_summary
-from tensorboardX.summary import hparams as _hparams_summaries
 
 __all__ = ["EventFileWriter", "ScalarEvent", "crc32c", "event_files", "masked_crc32c", "read_events"]
 
 logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def _tbx() -> SimpleNamespace:
+    """tensorboardX's pieces, imported on first use: its package imports torch whenever torch is installed."""
+    from tensorboardX import crc32c
+    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.proto.summary_pb2 import Summary
+    from tensorboardX.summary import histogram, hparams
+
+    return SimpleNamespace(crc32c=crc32c.crc32c, Event=Event, Summary=Summary, histogram=histogram, hparams=hparams)
+
 
 FILE_VERSION = "brain.Event:2"
 _HEADER_BYTES = 12  # uint64 length + uint32 masked crc of the length
@@ -52,7 +60,7 @@ _U32 = 0xFFFFFFFF
 
 def crc32c(data: bytes) -> int:
     """CRC-32C of ``data``, e.g. ``crc32c(b"123456789") == 0xE3069283``."""
-    return int(_crc.crc32c(bytes(data)))
+    return int(_tbx().crc32c(bytes(data)))
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -81,7 +89,7 @@ def _frame(data: bytes) -> bytes:
 
 def _scalars(data: bytes) -> list[ScalarEvent]:
     """The simple scalar values of one serialized ``Event`` (histograms and the like contribute nothing)."""
-    event = Event.FromString(data)
+    event = _tbx().Event.FromString(data)
     return [
         ScalarEvent(event.wall_time, event.step, value.tag, value.simple_value)
         for value in event.summary.value
@@ -170,7 +178,9 @@ class EventFileWriter:
             raise FileExistsError(f"no free event-file name like {base}{filename_suffix} in {directory}")
         self._path = directory / name
         self._closed = False
-        self._file.write(_frame(Event(wall_time=time.time(), step=0, file_version=FILE_VERSION).SerializeToString()))
+        self._file.write(
+            _frame(_tbx().Event(wall_time=time.time(), step=0, file_version=FILE_VERSION).SerializeToString())
+        )
         self._file.flush()
 
     @property
@@ -180,31 +190,31 @@ class EventFileWriter:
 
     def add_scalar(self, tag: str, value: float, step: int, wall_time: float | None = None) -> None:
         """Append one scalar; ``value`` is stored as float32 (nan and inf included)."""
-        self._add(tag, Summary.Value(tag=tag, simple_value=float(value)), step, wall_time)
+        self._add(tag, _tbx().Summary.Value(tag=tag, simple_value=float(value)), step, wall_time)
 
     def add_histogram(self, tag: str, values: Any, step: int, bins: int = 30, wall_time: float | None = None) -> None:
         """Append the histogram of ``values`` (any array; ``bins`` equal-width buckets), as TensorBoard's
         Histograms tab shows it."""
         array = np.asarray(values, dtype=np.float64).ravel()
-        summary = _histogram_summary(tag, array, bins)
+        summary = _tbx().histogram(tag, array, bins)
         self._add(tag, summary.value[0], step, wall_time)
 
     def add_hparams(self, hparams: Mapping[str, bool | int | float | str], metrics: Sequence[str]) -> None:
         """Open the run's entry in TensorBoard's HParams tab: its settings and the scalar tags that score
         it (logged as usual); :meth:`end_hparams` closes it."""
-        experiment, session_start, _ = _hparams_summaries(dict(hparams), {tag: 0.0 for tag in metrics})
+        experiment, session_start, _ = _tbx().hparams(dict(hparams), {tag: 0.0 for tag in metrics})
         for summary in (experiment, session_start):
             self._add(summary.value[0].tag, summary.value[0], 0, None)
 
     def end_hparams(self) -> None:
         """Mark the run's HParams session as ended (successfully)."""
-        _, _, session_end = _hparams_summaries({}, {})
+        _, _, session_end = _tbx().hparams({}, {})
         self._add(session_end.value[0].tag, session_end.value[0], 0, None)
 
-    def _add(self, tag: str, value: Summary.Value, step: int, wall_time: float | None) -> None:
+    def _add(self, tag: str, value: Any, step: int, wall_time: float | None) -> None:
         if not isinstance(tag, str) or not tag:
             raise ValueError(f"tag must be a non-empty string, got {tag!r}")
-        event = Event(wall_time=time.time() if wall_time is None else float(wall_time), step=int(step))
+        event = _tbx().Event(wall_time=time.time() if wall_time is None else float(wall_time), step=int(step))
         event.summary.value.append(value)
         record = _frame(event.SerializeToString())
         with self._lock:

@@ -13,9 +13,9 @@ from typing import Any
 import gymnasium as gym
 
 import parl
+from parl.agents import GymAgent
 from parl.algorithms.a2c import A2C, A2CConfig
 from parl.algorithms.ppo import PPO, PPOConfig
-from parl.agents import GymAgent
 from parl.examples.cartpole_a2c.model import CartPoleActorCritic
 from parl.training.evaluation_stopper import EvalStopper
 
