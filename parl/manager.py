@@ -108,6 +108,12 @@ class ManagerConfig:
     """Ray runtime: the address the actors connect back to (None: loopback while the Ray cluster is this
     node alone and no ``ray_address`` is given, else this node's IP as Ray reports it). Set it on a
     cluster that starts with the head node alone and grows."""
+    replica_sync_every: Annotated[int, Ge(1)] = 1
+    """Processes and ray runtimes, tasks with ``WrapperConfig.predict_in_workers``: the learner sends its
+    parameters to the workers' replicas after every this many learning calls (1: after each). Each
+    replica prediction records the parameter version it used, and each learning call reports the lag of
+    its rows (``policy_lag_mean``, ``policy_lag_max``: learning calls between the parameters that acted
+    and those that learn), which this bounds; see docs/ray.md."""
     max_episodes: Annotated[int, Ge(1)] | None = None
     """Stop after this many episodes in total."""
     max_steps: Annotated[int, Ge(1)] | None = None
@@ -227,10 +233,11 @@ class Manager:
             raise ValueError(f"task names must be unique, got {names}")
         self.task_configs = list(tasks)
         replicated = [t.name for t in tasks if t.wrapper.predict_in_workers]
-        if replicated and self.config.runtime == Runtime.RAY:
+        if replicated and self.config.runtime in (Runtime.THREADS, Runtime.COROUTINES):
             raise ValueError(
-                f"tasks {replicated} set WrapperConfig.predict_in_workers, which the Ray runtime does not offer "
-                "(its actors do not share memory with the learner); use runtime='processes' or leave it off"
+                f"tasks {replicated} set WrapperConfig.predict_in_workers, which replicates a task in worker "
+                f"processes or Ray actors (runtime='processes' or 'ray'); with runtime="
+                f"{Runtime(self.config.runtime).value!r} the agents predict in the learner: leave it off"
             )
         if replicated and self.config.runtime == Runtime.PROCESSES and self.config.start_method != "fork":
             raise ValueError(
@@ -263,11 +270,13 @@ class Manager:
         if c.runtime == Runtime.THREADS:
             return ThreadRuntime()
         if c.runtime == Runtime.PROCESSES:
-            return ProcessRuntime(c.num_workers, c.start_method)
+            return ProcessRuntime(c.num_workers, c.start_method, c.replica_sync_every)
         if c.runtime == Runtime.RAY:
             from parl.runtimes.ray_runtime import RayRuntime  # Ray is optional: imported only when used
 
-            return RayRuntime(c.num_workers, c.ray_address, c.ray_cpus_per_worker, c.ray_learner_host)
+            return RayRuntime(
+                c.num_workers, c.ray_address, c.ray_cpus_per_worker, c.ray_learner_host, c.replica_sync_every
+            )
         return CoroutineRuntime(c.num_threads)
 
     def _builder(self) -> AgentBuilder:

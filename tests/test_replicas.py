@@ -23,7 +23,17 @@ from parl.data.specs import FieldSpec
 from parl.examples.cartpole_dqn.model import CartPoleQModel
 from parl.runtimes import replicas
 from parl.runtimes.processes import ProcessRuntime
-from parl.runtimes.replicas import ParamBoard, PredictionReplica, SampleCounters, replica_seed
+from parl.runtimes.replicas import (
+    POLICY_VERSION,
+    ParamBoard,
+    ParamPublisher,
+    ParamSnapshot,
+    PredictionReplica,
+    SampleCounters,
+    policy_lag,
+    replica_seed,
+    with_policy_version,
+)
 
 # ------------------------------------------------------------------ shared blocks, in one process
 
@@ -33,31 +43,32 @@ def _task(seed: int) -> parl.ComputationTask:
     return parl.ComputationTask("RL", Regression(lambda: TinyQ()))
 
 
+def _snapshot(task: parl.ComputationTask, version: int) -> ParamSnapshot:
+    return ParamSnapshot(version, [t.numpy() for _, t in replicas.replica_tensors(task.algorithm)])
+
+
 def test_a_board_carries_the_learners_tensors_to_a_replica_only_when_they_moved() -> None:
     learner, replica = _task(1), _task(2)
     board = ParamBoard(learner)
     reader = ParamBoard(replica, board.name)
     try:
-        assert board.version == 2  # the snapshot written at creation
-        assert any(not np.array_equal(a, b) for a, b in zip(params_of(learner.algorithm.model),
-                                                             params_of(replica.algorithm.model)))  # fmt: skip
-        version = reader.pull(-1)
-        assert version == 2
-        for a, b in zip(params_of(learner.algorithm.model), params_of(replica.algorithm.model)):
+        assert reader.newer(-1) is None  # nothing published yet
+        board.publish(_snapshot(learner, 0))
+        snapshot = reader.newer(-1)
+        assert snapshot is not None and snapshot.version == 0
+        for a, b in zip(params_of(learner.algorithm.model), snapshot.tensors):
             np.testing.assert_array_equal(a, b)
-        learner.learn(make_batch(np.random.default_rng(0)))  # no listener yet: nothing published
-        assert reader.pull(version) == version
-        assert any(not np.array_equal(a, b) for a, b in zip(params_of(learner.algorithm.model),
-                                                             params_of(replica.algorithm.model)))  # fmt: skip
-        board.publish()
-        version = reader.pull(version)
-        assert version == 4
-        for a, b in zip(params_of(learner.algorithm.model), params_of(replica.algorithm.model)):
+        assert reader.newer(0) is None  # nothing new since
+        learner.learn(make_batch(np.random.default_rng(0)))
+        board.publish(_snapshot(learner, 1))
+        snapshot = reader.newer(0)
+        assert snapshot is not None and snapshot.version == 1
+        for a, b in zip(params_of(learner.algorithm.model), snapshot.tensors):
             np.testing.assert_array_equal(a, b)
     finally:
         reader.close()
         board.close()
-    board.publish()  # after close: nothing, no error (a learning call may end as the run stops)
+    board.publish(_snapshot(learner, 2))  # after close: nothing, no error (a learning call may end as the run stops)
     assert not os.path.exists(f"/dev/shm/{board.name}")
 
 
@@ -66,22 +77,59 @@ def test_a_replica_waits_out_a_write_and_gives_up_on_one_that_never_ends(monkeyp
     board = ParamBoard(learner)
     reader = ParamBoard(replica, board.name)
     try:
-        before = params_of(replica.algorithm.model)
+        board.publish(_snapshot(learner, 0))
         board._seq[0] += 1  # odd: a write in progress, and a learner that died in it
         monkeypatch.setattr(replicas, "PULL_TIMEOUT_S", 0.2)
         start = time.monotonic()
-        assert reader.pull(-1) == -1
+        assert reader.newer(-1) is None
         assert 0.2 <= time.monotonic() - start < 5
-        for a, b in zip(before, params_of(replica.algorithm.model)):
-            np.testing.assert_array_equal(a, b)
-        # A write that ends while the replica waits: the replica gets that snapshot, not the old tensors.
+        # A write that ends while the replica waits: the replica gets that snapshot.
         threading.Timer(0.05, lambda: board._seq.__setitem__(0, board._seq[0] + 1)).start()
-        assert reader.pull(-1) == 4
-        for a, b in zip(params_of(learner.algorithm.model), params_of(replica.algorithm.model)):
+        snapshot = reader.newer(-1)
+        assert snapshot is not None and snapshot.version == 0
+        for a, b in zip(params_of(learner.algorithm.model), snapshot.tensors):
             np.testing.assert_array_equal(a, b)
     finally:
         reader.close()
         board.close()
+
+
+def test_a_publisher_counts_updates_and_publishes_every_nth() -> None:
+    learner = _task(7)
+    board = ParamBoard(learner)
+    counters = SampleCounters(learner.algorithm, 1)
+    publisher = ParamPublisher(learner, board, counters, every=3)
+    remove = learner.add_update_listener(publisher.updated)
+    try:
+        assert (publisher.version, publisher.published, board.publishes) == (0, 0, 1)  # the start
+        for _ in range(7):
+            learner.learn(make_batch(np.random.default_rng(0)))
+        assert (publisher.version, publisher.published, board.publishes) == (7, 6, 3)  # at versions 0, 3, 6
+    finally:
+        remove()
+        publisher.close()
+    with pytest.raises(ValueError, match="every=0"):
+        ParamPublisher(learner, ParamBoard(learner), SampleCounters(learner.algorithm, 1), every=0)
+
+
+def test_policy_lag_takes_the_version_column_off_and_measures_the_rows_behind() -> None:
+    batch = make_batch(np.random.default_rng(0), n=4)
+    batch.extras = {"logp": np.zeros(4, np.float32), POLICY_VERSION: np.array([7, 5, -1, 2], np.int64)}
+    out, metrics = policy_lag(batch, version=7)
+    assert set(out.extras) == {"logp"} and out.size == 4
+    # -1: a row of a batch an agent built itself, its version unknown
+    assert metrics == {"policy_lag_mean": pytest.approx((0 + 2 + 5) / 3), "policy_lag_max": 5.0}
+    plain = make_batch(np.random.default_rng(0), n=4)
+    assert policy_lag(plain, version=7) == (plain, {})  # rows not predicted by a replica: nothing to say
+
+
+def test_the_version_column_must_not_clash_with_the_algorithms_extras() -> None:
+    from parl.data.specs import FieldSpec
+
+    specs = with_policy_version([FieldSpec("logp", (), "float32")], "RL")
+    assert [s.name for s in specs] == ["logp", POLICY_VERSION]
+    with pytest.raises(ValueError, match="rename the algorithm's field"):
+        with_policy_version(specs, "RL")
 
 
 def test_update_listeners_run_after_learn_and_load_and_can_be_removed(tmp_path: object) -> None:
@@ -130,6 +178,27 @@ def test_sample_counters_sum_the_workers_and_the_learners_own_predictions() -> N
         counters.close()
 
 
+def test_counters_of_a_ray_actor_report_its_row_and_adopt_the_others() -> None:
+    learner = parl.DQN(lambda: CartPoleQModel(16), parl.DQNConfig(epsilon_decay_samples=100))
+    learner.explored_samples = 10
+    counters = SampleCounters(learner, workers=2, shared=False)
+    actor = parl.DQN(lambda: CartPoleQModel(16))
+    actor.explored_samples = 10  # as pickled at the start
+    view = SampleCounters(actor, 2, shared=False)  # actor 1's own rows
+    view.adopt(counters.copy_rows(), 1)
+    before = view.before()
+    assert before == [10]
+    actor.explored_samples += 6
+    view.after(1, before)
+    counters.report(1, view.rows[2])  # its report reaches the learner
+    counters.report(1, [3])  # an older report: counts only grow
+    learner.explored_samples += 4  # the learner's own
+    counters.sync()
+    assert learner.explored_samples == 20
+    view.adopt(counters.copy_rows(), 1)  # the next snapshot
+    assert view.before() == [20]
+
+
 def test_replica_counters_must_name_int_attributes() -> None:
     class Odd(Regression):
         replica_counters = ("missing",)
@@ -153,18 +222,24 @@ def test_a_replica_hands_back_only_the_declared_extras() -> None:
     learner = _task(4)
     board = ParamBoard(learner)
     counters = SampleCounters(learner.algorithm, 1)
+    publisher = ParamPublisher(learner, board, counters, every=1)
     copy = _task(5)
-    replica = PredictionReplica(copy, board.name, counters.name, workers=1, worker=0, seed=0)
+    replica = PredictionReplica(copy, ParamBoard(copy, board.name), SampleCounters(copy.algorithm, 1, counters.name),
+                                worker=0, seed=0)  # fmt: skip
     try:
         obs = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
         pred = replica.predict({"obs": obs}, {}, explore=False)
-        assert "q" not in pred.extras  # Regression returns q but declares no extra prediction fields
+        # Regression returns q but declares no extra prediction fields; each row has its parameters' version.
+        assert set(pred.extras) == {POLICY_VERSION}
+        np.testing.assert_array_equal(pred.extras[POLICY_VERSION], np.zeros(6, np.int64))
         expected = learner.predict({"obs": obs}, explore=False).actions["action"]
         np.testing.assert_array_equal(pred.actions["action"], expected)
+        publisher.updated()
+        pred = replica.predict({"obs": obs}, {}, explore=False)
+        np.testing.assert_array_equal(pred.extras[POLICY_VERSION], np.ones(6, np.int64))
     finally:
         replica.close()
-        counters.close()
-        board.close()
+        publisher.close()
 
 
 def test_tasks_on_one_algorithm_share_its_blocks_and_publish_once_per_learn() -> None:
@@ -176,13 +251,16 @@ def test_tasks_on_one_algorithm_share_its_blocks_and_publish_once_per_learn() ->
     runtime = ProcessRuntime(2)
     runtime.tasks = tasks
     runtime.specs = [TaskSpecs.of(t, replicated) for t in tasks[:2]] + [TaskSpecs.of(tasks[2], parl.WrapperConfig())]
+    runtime.wrappers = [parl.ComputationWrapper(t, s.config) for t, s in zip(tasks, runtime.specs)]
     runtime._start_replicas(2)
     try:
         a, b, c = runtime.replica_sources
-        assert a is not None and b is not None and c is None
+        assert isinstance(a, replicas.ForkedReplicaSource) and isinstance(b, replicas.ForkedReplicaSource)
+        assert c is None
         assert (a.board, a.counters) == (b.board, b.counters) and (a.task, b.task) == (tasks[0], tasks[1])
-        ((board, _),) = runtime._boards
-        assert board.publishes == 1  # the snapshot at start
+        (publisher,) = runtime.publishers
+        board = publisher.channel
+        assert isinstance(board, ParamBoard) and board.publishes == 1  # the snapshot at start
         tasks[1].learn(make_batch(np.random.default_rng(0)))
         assert board.publishes == 2
         tasks[2].learn(make_batch(np.random.default_rng(0)))  # another algorithm: not this board's
@@ -209,13 +287,17 @@ def _cartpole(i: int) -> gym.Env:
     return gym.make("CartPole-v1")
 
 
-def test_replicas_need_forked_workers() -> None:
+def test_replicas_need_workers_that_can_hold_them_and_a_sync_interval_of_at_least_one() -> None:
     with pytest.raises(ValueError, match="start_method='fork'"):
         parl.Manager([_dqn_task()], GymAgent, _cartpole, parl.ManagerConfig(runtime="processes", start_method="spawn"))
-    with pytest.raises(ValueError, match="Ray runtime does not offer"):
-        parl.Manager([_dqn_task()], GymAgent, _cartpole, parl.ManagerConfig(runtime="ray"))
-    # In one process the setting changes nothing.
-    parl.Manager([_dqn_task()], GymAgent, _cartpole, parl.ManagerConfig(runtime="coroutines"))
+    for runtime in ("threads", "coroutines"):  # the agents predict in the learner already
+        with pytest.raises(ValueError, match=f"with runtime='{runtime}' the agents predict in the learner"):
+            parl.Manager([_dqn_task()], GymAgent, _cartpole, parl.ManagerConfig(runtime=runtime))
+    parl.Manager([_dqn_task()], GymAgent, _cartpole, parl.ManagerConfig(runtime="ray"))  # (Ray starts with the run)
+    with pytest.raises(ValueError, match="replica_sync_every"):
+        parl.ManagerConfig(runtime="processes", replica_sync_every=0)
+    with pytest.raises(ValueError, match="replica_sync_every must be >= 1"):
+        ProcessRuntime(2, replica_sync_every=0)
 
 
 # ------------------------------------------------------------------ runs in worker processes
@@ -245,7 +327,8 @@ def test_dqn_with_replicas_learns_and_keeps_one_epsilon_schedule_for_the_run() -
     assert algo.epsilon == pytest.approx(algo.config.epsilon_end)
     runtime = m.runtime
     assert isinstance(runtime, ProcessRuntime)
-    names = [n for s in runtime.replica_sources if s is not None for n in (s.board, s.counters)]
+    sources = [s for s in runtime.replica_sources if isinstance(s, replicas.ForkedReplicaSource)]
+    names = [n for s in sources for n in (s.board, s.counters)]
     assert len(names) == 2 and not any(os.path.exists(f"/dev/shm/{n}") for n in names)
     assert _no_children_left()
 
@@ -346,6 +429,75 @@ def test_an_agents_prediction_after_its_learn_uses_the_new_parameters() -> None:
     assert training.samples >= 18 * 4 and float(algo.model.w.numpy()[0]) == training.calls  # type: ignore[attr-defined]
     assert report.prediction_stats["RL"].samples >= 18 * 4
     assert _Bump.predict_calls == 0  # the learner itself predicted nothing: the workers' replicas did
+    assert _no_children_left()
+
+
+SYNC_EVERY = 2  # the replicas get the parameters every other learning call in the lag tests
+CHUNK = 4  # steps per agent and learning call
+
+
+class _Versioned(_Bump):
+    """``w`` counts the learning calls, so a replica acts with ``w`` = the policy version it loaded; ``predict``
+    also answers it as the behaviour ``logp``, which the helper stores with each step like PPO's."""
+
+    def extra_predict_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("logp", (), "float32")]
+
+    def extra_learn_specs(self) -> list[FieldSpec]:
+        return [FieldSpec("logp", (), "float32")]
+
+    def predict(self, inputs: dict, states: dict, explore: bool) -> parl.Prediction:
+        pred = super().predict(inputs, states, explore)
+        return parl.Prediction(pred.actions, extras={"logp": self.model.value(inputs)})  # type: ignore[operator]
+
+    def learn(self, batch: parl.TrainingBatch) -> dict:
+        behind = float(self.model.w.numpy()[0]) - batch.extras["logp"].numpy()  # type: ignore[attr-defined]
+        return {**super().learn(batch), "logp_lag_max": float(behind.max())}
+
+
+class _Chunked(parl.Agent):
+    """Acts in chunks of ``CHUNK`` steps (OnPolicyHelper, every agent in every learning call); fails if it acts
+    with a version that was never sent, or if a learning call's lag passes the interval or differs from the
+    lag of the stored logp. Returns the newest version it acted with."""
+
+    def run_one_episode(self) -> float:
+        helper = self.helpers["RL"]
+        obs = np.zeros(4, np.float32)
+        seen = 0
+        for _ in range(6):
+            seen = int(helper.predict({"obs": obs})["action"])
+            if seen % SYNC_EVERY:
+                raise AssertionError(f"agent {self.agent_id} acted with version {seen}, which was never sent")
+            helper.store_step(0.0)
+            result = helper.last_learn
+            if result is not None:
+                lag = result.metrics["policy_lag_max"]
+                if not lag == result.metrics["logp_lag_max"] <= SYNC_EVERY:
+                    raise AssertionError(f"agent {self.agent_id}: a learning call reports {result.metrics}")
+        helper.store_final({"obs": obs}, terminated=False)
+        return float(seen)
+
+
+def chunked_run(runtime: str, num_agents: int = 4, episodes: int = 40) -> tuple[parl.RunReport, _Versioned]:
+    """A run of ``_Chunked`` agents on ``runtime`` with replicas synced every ``SYNC_EVERY`` learning calls."""
+    _Versioned.predict_calls = 0
+    algo = _Versioned(_Scalar())
+    wrapper = parl.WrapperConfig(predict_in_workers=True, min_train_batch_size=num_agents * CHUNK,
+                                 train_max_wait_s=30.0)  # fmt: skip
+    task = parl.TaskConfig("RL", algo, parl.OnPolicyHelper, parl.OnPolicyConfig(sample_interval=CHUNK), wrapper)
+    config = parl.ManagerConfig(num_agents=num_agents, runtime=runtime, num_workers=2, max_episodes=episodes,
+                                replica_sync_every=SYNC_EVERY)  # fmt: skip
+    return parl.Manager([task], _Chunked, None, config).run(), algo
+
+
+@pytest.mark.timeout(60)
+def test_process_replicas_record_each_rows_policy_version_and_the_learner_reports_the_lag() -> None:
+    report, algo = chunked_run("processes")
+    assert report.episodes >= 40 and report.failures == []  # an agent's AssertionError would have raised
+    assert _Versioned.predict_calls == 0  # the workers' replicas acted
+    metrics = report.last_metrics["RL"]
+    assert 0 <= metrics["policy_lag_mean"] <= metrics["policy_lag_max"] <= SYNC_EVERY
+    assert max(report.all_returns) >= SYNC_EVERY  # the workers acted with parameters the learner sent
     assert _no_children_left()
 
 

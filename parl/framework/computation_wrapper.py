@@ -32,6 +32,8 @@ __all__ = ["ComputationWrapper", "WrapperConfig", "BatchStats", "pack_training_b
 logger = logging.getLogger(__name__)
 
 TrainItem = tuple[Communicator, TrainingBatch]
+LearnFilter = Callable[[TrainingBatch], tuple[TrainingBatch, dict[str, float]]]
+"""Called with each packed learning batch: returns the batch to learn from and metrics for that call."""
 
 
 @dataclass
@@ -65,13 +67,15 @@ class WrapperConfig:
     or an ``ExpReplayHelper`` learner thread); leave it off when the agent should keep acting
     while its learning call runs in the training thread."""
     predict_in_workers: bool = False
-    """Process runtime: each worker process predicts on its own replica of this task instead of
-    sending its rounds to the learner, which then only learns (:mod:`parl.runtimes.replicas`).
-    The learner publishes the parameters through shared memory after every learning call; an
-    agent's prediction after its ``learn()`` returned uses parameters at least that new, while
-    other workers pick them up at their next round. Counters that ``predict`` advances are kept
-    summed over the workers when the algorithm names them in ``replica_counters``. Needs the
-    ``fork`` start method; the Ray runtime does not offer it; in one process it changes nothing."""
+    """Processes and ray runtimes: each worker process or Ray actor predicts on its own replica of
+    this task instead of sending its rounds to the learner, which then only learns
+    (:mod:`parl.runtimes.replicas`). The learner sends the parameters (through shared memory, or Ray's
+    object store) after every ``ManagerConfig.replica_sync_every`` learning calls; workers pick them up
+    at their next round. Each replica prediction records the parameter version it used, and each
+    learning call reports the lag of its rows (``policy_lag_mean``, ``policy_lag_max``). Counters that
+    ``predict`` advances are kept summed over the workers when the algorithm names them in
+    ``replica_counters``. Needs the ``fork`` start method on processes; refused by the threads and
+    coroutines runtimes, whose agents predict in the learner."""
 
     config_rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -186,6 +190,13 @@ class ComputationWrapper:
         # The agents of the running learning call: a scheduler may wait for their answers before a round.
         self.learning_agents: frozenset[int] = frozenset()
         self.census: LearnCensus | None = None
+        self._learn_filters: list[LearnFilter] = []
+
+    def add_learn_filter(self, learn_filter: LearnFilter) -> None:
+        """Pass each packed learning batch through ``learn_filter`` before ``task.learn``: it returns the
+        batch to learn from and scalars that join that call's metrics (a runtime's prediction replicas take
+        off each row's policy version and report the policy lag). Add filters before the loops start."""
+        self._learn_filters.append(learn_filter)
 
     def join_census(self, census: LearnCensus) -> None:
         """Start learning calls as soon as ``census`` says no other agent of the run can send a request."""
@@ -489,7 +500,12 @@ class ComputationWrapper:
     def _learn(self, items: Sequence[TrainItem]) -> None:
         try:
             batch, offsets = pack_training_batches([b for _, b in items])
+            filtered: dict[str, float] = {}
+            for learn_filter in self._learn_filters:
+                batch, metrics = learn_filter(batch)
+                filtered.update(metrics)
             result = self.task.learn(batch, check=False)
+            result.metrics.update(filtered)
             per_agent = unpack_fields(result.per_sample, offsets) if result.per_sample else [{} for _ in items]
         except Exception as exc:  # noqa: BLE001 - delivered to every agent of the batch
             tb = traceback.format_exc()

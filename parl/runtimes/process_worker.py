@@ -50,7 +50,7 @@ from parl.runtimes.process_protocol import (
     request_specs,
     unprefixed,
 )
-from parl.runtimes.replicas import PredictionReplica, build_replicas
+from parl.runtimes.replicas import PredictionReplica, SnapshotInbox, build_replicas
 
 __all__ = [
     "EPISODE_REPORT_S",
@@ -59,6 +59,7 @@ __all__ = [
     "WorkerControl",
     "WorkerHub",
     "Worker",
+    "built_worker",
     "worker_main",
 ]
 
@@ -106,8 +107,11 @@ class RemoteWrapper:
             self.learning[token] = comm
         self.msg.send(("learn", self.index, comm.agent_id, token, batch))
 
-    def learn_result(self, token: int, item: Any) -> None:
-        """The learner's answer to the learn request ``token``, for the communicator that sent it."""
+    def learn_result(self, token: int, item: Any, published: int = -1) -> None:
+        """The learner's answer to the learn request ``token``, for the communicator that sent it; a replica
+        predicts from then on with parameters at least as new as the version ``published`` by then."""
+        if self.replica is not None:
+            self.replica.require(published)
         with self._lock:
             comm = self.learning.pop(token, None)
         if comm is None:
@@ -196,6 +200,9 @@ class RemoteWrapper:
         except Exception as exc:  # noqa: BLE001 - delivered to the agents of the batch
             return Failure(exc, traceback.format_exc(), "predict")
         self.msg.prediction(self.index, rows, rows)
+        counts = self.replica.unshared_counts()
+        if counts is not None:
+            self.msg.counts(*counts)
         return pred
 
 
@@ -206,8 +213,9 @@ class WorkerMessenger:
     """The asynchronous message pipe of a worker: learn requests out, learn results in.
 
     Episode reports are gathered and sent as one ``("episodes", [...])`` message at the next flush (every
-    ``EPISODE_REPORT_S`` with a round, when the hub idles, and before any other message). With a ``ledger``
-    each is also written there, so a killed worker's last episodes can be read back::
+    ``EPISODE_REPORT_S`` with a round, when the hub idles, and before any other message), after the
+    replicas' prediction counts and (Ray actors) ``replica_counters`` of the rounds before them. With a
+    ``ledger`` each is also written there, so a killed worker's last episodes can be read back::
 
         messenger.episode(agent_id, episode_return, steps)   # gathered
         messenger.flush_due()                                # sent once EPISODE_REPORT_S passed
@@ -223,6 +231,7 @@ class WorkerMessenger:
         self._lock = threading.Lock()
         self._episodes: list[tuple[int, float, int]] = []
         self._predictions: list[tuple[int, int, int]] = []
+        self._counts: dict[int, list[int]] = {}  # per replicated algorithm: this worker's newest counts
         self._last_report = time.monotonic()
 
     def send(self, msg: Any) -> None:
@@ -254,6 +263,11 @@ class WorkerMessenger:
         with self._lock:
             self._predictions.append((task_index, requests, samples))
 
+    def counts(self, key: int, row: list[int]) -> None:
+        """Report this worker's ``replica_counters`` of replicated algorithm ``key`` at the next flush."""
+        with self._lock:
+            self._counts[key] = row
+
     def flush(self) -> None:
         """Send the episode reports and prediction counts gathered so far."""
         if self._episodes or self._predictions:
@@ -266,9 +280,10 @@ class WorkerMessenger:
             self.flush()
 
     def _flush_locked(self) -> None:
-        if self._predictions:
+        if self._predictions:  # (replica counts come with the count of the rounds that advanced them)
             predictions, self._predictions = self._predictions, []
-            self.conn.send(("predictions", predictions))
+            counts, self._counts = list(self._counts.items()), {}
+            self.conn.send(("predictions", predictions, counts))
         if self._episodes:
             episodes, self._episodes = self._episodes, []
             self.conn.send(("episodes", episodes))
@@ -373,6 +388,7 @@ class Worker:
         msg_conn: mpc.Connection,
         stop_event: Any,
         create_ledger: bool = False,
+        inbox: SnapshotInbox | None = None,
     ) -> None:
         worker, spec, ledger, replicas = setup.worker, setup.spec, setup.ledger, setup.replicas
         self.worker, self.agent_ids, self.spec = worker, setup.agent_ids, spec
@@ -382,7 +398,11 @@ class Worker:
         if ledger is not None:  # the learner's, or (a Ray actor) made here, untracked so that it outlives a death
             self.ledger = EpisodeLedger(LEDGER_CAPACITY, ledger, create=create_ledger, track=not create_ledger)
         self.messenger = WorkerMessenger(msg_conn, stop_event, self.ledger, setup.report_s)
-        built = build_replicas(replicas, worker, spec.builder.seed) if any(replicas) else [None] * len(spec.tasks)
+        # ``inbox``: where a Ray actor receives the learner's parameter snapshots (a forked worker's are in shm).
+        inbox = inbox if inbox is not None else SnapshotInbox()
+        built: list[PredictionReplica | None] = [None] * len(spec.tasks)
+        if any(replicas):
+            built = build_replicas(replicas, worker, spec.builder.seed, inbox)
         self.wrappers = [
             RemoteWrapper(i, t, channels[i] if channels is not None else None, pred_conn, self.messenger, built[i])
             for i, t in enumerate(spec.tasks)
@@ -413,8 +433,8 @@ class Worker:
                 self.report(("failure", -1, error, traceback.format_exc(), False))
                 continue
             if msg[0] == "learn_result":
-                _, task_index, _, token, item = msg
-                self.wrappers[task_index].learn_result(token, item)
+                _, task_index, _, token, item, published = msg
+                self.wrappers[task_index].learn_result(token, item, published)
             elif msg[0] == "helper_state":
                 self.hub.requests.put(functools.partial(self.answer_helper_states, msg[1]))
                 self.hub.wake()
@@ -490,11 +510,24 @@ def worker_main(
 ) -> None:
     """Entry point of a worker process: ends with its learner (see :mod:`parl.runtimes.lifeline`)."""
     tie_to_learner(learner_pid, inherited)
+    built_worker(setup, channels, pred_conn, msg_conn, stop_event).run()
+
+
+def built_worker(
+    setup: WorkerSetup,
+    channels: list[TaskChannel] | None,
+    pred_conn: mpc.Connection,
+    msg_conn: mpc.Connection,
+    stop_event: Any,
+    create_ledger: bool = False,
+    inbox: SnapshotInbox | None = None,
+) -> Worker:
+    """A :class:`Worker` (arguments as there); an error building it (a replica that cannot be built) is
+    reported to the learner as the failure of the worker's first agent, then raised."""
     try:
-        body = Worker(setup, channels, pred_conn, msg_conn, stop_event)
-    except BaseException as exc:  # noqa: BLE001 - e.g. a replica that cannot be built
+        return Worker(setup, channels, pred_conn, msg_conn, stop_event, create_ledger, inbox)
+    except BaseException as exc:  # noqa: BLE001 - reported, then raised
         first = setup.agent_ids[0] if setup.agent_ids else -1
         with contextlib.suppress(Exception):
             msg_conn.send(("failure", first, picklable(exc), traceback.format_exc(), False))
         raise
-    body.run()

@@ -30,11 +30,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from parl.framework.communicator import Failure
 from parl.framework.computation_task import ComputationTask
-from parl.framework.computation_wrapper import ComputationWrapper, check_prediction_rows
+from parl.framework.computation_wrapper import ComputationWrapper, WrapperConfig, check_prediction_rows
 from parl.framework.errors import HelperStateError
-from parl.framework.types import LearnResult
+from parl.framework.types import LearnResult, TrainingBatch
 from parl.runtimes.base import HelperStates, RunSetup
 from parl.runtimes.builder import AgentHelperStates
 from parl.runtimes.control import AgentFailure, AgentSlot, RunControl
@@ -55,7 +57,16 @@ from parl.runtimes.process_protocol import (
     unprefixed,
 )
 from parl.runtimes.process_worker import worker_main
-from parl.runtimes.replicas import ParamBoard, ReplicaSource, SampleCounters, models_quiet
+from parl.runtimes.replicas import (
+    POLICY_VERSION,
+    ParamBoard,
+    ParamChannel,
+    ParamPublisher,
+    ReplicaSource,
+    SampleCounters,
+    models_quiet,
+    with_policy_version,
+)
 from parl.runtimes.stop_flag import StopFlag
 
 __all__ = ["ProcessRuntime", "WorkerLink"]
@@ -76,7 +87,9 @@ class _ProxyComm:
             return
         if isinstance(item, Failure):
             item = Failure(picklable(item.error), item.traceback_text, item.kind)
-        self.link.send(("learn_result", self.task_index, self.agent_id, self.token, item), self.conn)
+        # With the version published by then: the agent's next prediction on a replica uses one at least as new.
+        published = self.link.runtime.published_version(self.task_index)
+        self.link.send(("learn_result", self.task_index, self.agent_id, self.token, item, published), self.conn)
 
 
 @dataclass
@@ -385,9 +398,12 @@ class WorkerLink:
                 self.reported += len(msg[1])
             for agent_id, episode_return, steps in msg[1]:
                 self.control.episode_done(agent_id, episode_return, steps)
-        elif kind == "predictions":
-            for task_index, requests, samples in msg[1]:
+        elif kind == "predictions":  # the rounds of its replicas, and (Ray actors) their replica_counters
+            _, predictions, counts = msg
+            for task_index, requests, samples in predictions:
                 self.runtime.wrappers[task_index].record_prediction(requests, samples)
+            for key, row in counts:
+                self.runtime.replica_counts(self.index, key, row)
         elif kind == "failure":
             _, agent_id, error, tb, restarted = msg
             if self.late:  # the teardown's doing, not the run's failure
@@ -505,23 +521,46 @@ class WorkerLink:
         return [c for c in (getattr(self, "pred_conn", None), getattr(self, "msg_conn", None)) if c is not None]
 
 
+@dataclass
+class ReplicatedTaskSpecs(TaskSpecs):
+    """A replicated task as its workers see it: its learn extras end with ``policy_version``, which the
+    helpers store from each prediction of the replica; a batch an agent builds itself without it gets
+    -1 in every row (a version unknown, left out of the lag)."""
+
+    def check_batch(self, batch: TrainingBatch, agent_id: int | None = None) -> TrainingBatch:
+        if POLICY_VERSION not in batch.extras:
+            unknown = np.full(batch.size, -1, np.int64)
+            batch = dataclasses.replace(batch, extras={**batch.extras, POLICY_VERSION: unknown})
+        return super().check_batch(batch, agent_id)
+
+
 class ProcessRuntime:
     """Hosts agents in ``num_workers`` processes, many agents per process; tasks stay here.
 
     Use it through the Manager (with ``spawn`` the factories must be picklable)::
 
         ManagerConfig(runtime="processes", num_workers=2, num_agents=64)
+
+    Tasks with ``WrapperConfig.predict_in_workers`` are replicated in the workers, which get the
+    parameters after every ``replica_sync_every`` learning calls (:mod:`parl.runtimes.replicas`).
     """
 
     name = "processes"
+    _shares_memory = True  # the workers attach to the replicas' counters in shared memory
 
-    def __init__(self, num_workers: int = 2, start_method: str = "fork") -> None:
+    def __init__(self, num_workers: int = 2, start_method: str = "fork", replica_sync_every: int = 1) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if replica_sync_every < 1:
+            raise ValueError(
+                f"replica_sync_every must be >= 1 (the replicas get the parameters after every this many "
+                f"learning calls), got {replica_sync_every}"
+            )
         if start_method not in mp.get_all_start_methods():
             raise ValueError(f"start_method must be one of {mp.get_all_start_methods()}, got {start_method!r}")
         self.num_workers = num_workers
         self.start_method = start_method
+        self.replica_sync_every = replica_sync_every
         self.slots: list[AgentSlot] = []  # the agents live in the workers
         self.links: list[WorkerLink] = []
         self.tasks: list[ComputationTask] = []
@@ -537,7 +576,8 @@ class ProcessRuntime:
         self.saved_states: AgentHelperStates = {}
         self._requests = 0
         self.replica_sources: list[ReplicaSource | None] = []  # per task (None: the learner predicts)
-        self._boards: list[tuple[ParamBoard, SampleCounters]] = []
+        self.publishers: list[ParamPublisher] = []  # one per replicated algorithm (its key: the index here)
+        self.task_publishers: list[ParamPublisher | None] = []  # per task (None: not replicated)
         self._unlisten: list[Callable[[], None]] = []
         self.launch_lock = threading.Lock()  # held while a worker is forked
 
@@ -597,7 +637,7 @@ class ProcessRuntime:
         """Start the workers (agent ``i`` lives in worker ``i % num_workers``), then the wrappers' training loops."""
         c = run.control
         spec = RemoteAgentSpec(
-            tasks=[TaskSpecs.of(t, w.config) for t, w in zip(run.tasks, run.wrappers)],
+            tasks=[self._task_specs(t, w.config) for t, w in zip(run.tasks, run.wrappers)],
             builder=dataclasses.replace(run.builder, helper_states={}),
             restart_failed_agents=c.restart_failed_agents,
             max_restarts=c.max_restarts,
@@ -625,54 +665,83 @@ class ProcessRuntime:
         for wrapper in run.wrappers:
             wrapper.start(serve_predictions=False)  # the links serve the workers' prediction rounds
 
+    @staticmethod
+    def _task_specs(task: ComputationTask, config: WrapperConfig) -> TaskSpecs:
+        """How the workers see ``task``: with replicas, its helpers store each step's ``policy_version`` too."""
+        specs = TaskSpecs.of(task, config)
+        if not config.predict_in_workers:
+            return specs
+        fields = {f.name: getattr(specs, f.name) for f in dataclasses.fields(specs)}
+        fields["extra_learn_specs"] = with_policy_version(specs.extra_learn_specs, task.name)
+        return ReplicatedTaskSpecs(**fields)
+
     def _start_replicas(self, workers: int) -> None:
-        """Shared blocks (one set per algorithm) for the tasks whose workers predict on replicas."""
-        self.replica_sources = []
-        shared: dict[int, ReplicaSource] = {}
-        for task, specs in zip(self.tasks, self.specs):
+        """A publisher per replicated algorithm (shared by its tasks), and each task's replica source."""
+        self.replica_sources, self.task_publishers = [], []
+        by_algorithm: dict[int, ParamPublisher] = {}
+        for task, specs, wrapper in zip(self.tasks, self.specs, self.wrappers):
             if not specs.config.predict_in_workers:
                 self.replica_sources.append(None)
+                self.task_publishers.append(None)
                 continue
-            if self.start_method != "fork":
-                raise ValueError(
-                    f"task {task.name!r}: WrapperConfig.predict_in_workers needs the 'fork' start method, "
-                    f"got {self.start_method!r}"
-                )
             algorithm = task.algorithm
-            source = shared.get(id(algorithm))
-            if source is None:
-                board = ParamBoard(task)
-                try:
-                    counters = SampleCounters(algorithm, workers)
-                except BaseException:
-                    board.close()
-                    raise
-                self._boards.append((board, counters))
-
-                def publish(board: ParamBoard = board, counters: SampleCounters = counters) -> None:
-                    counters.sync()
-                    board.publish()
-
+            publisher = by_algorithm.get(id(algorithm))
+            if publisher is None:
+                publisher = by_algorithm[id(algorithm)] = self._publisher(task, workers)
                 for other in self.tasks:
                     if other.algorithm.model.learn_lock is algorithm.model.learn_lock:
-                        self._unlisten.append(other.add_update_listener(publish))
-                source = shared[id(algorithm)] = ReplicaSource(task, board.name, counters.name, workers)
-            self.replica_sources.append(ReplicaSource(task, source.board, source.counters, workers))
+                        self._unlisten.append(other.add_update_listener(publisher.updated))
+            self.replica_sources.append(publisher.source(task))
+            wrapper.add_learn_filter(publisher.policy_lag)
+            self.task_publishers.append(publisher)
+
+    def _publisher(self, task: ComputationTask, workers: int) -> ParamPublisher:
+        """The publisher of ``task``'s algorithm, keyed by its index in :attr:`publishers`."""
+        counters = SampleCounters(task.algorithm, workers, shared=self._shares_memory)
+        try:
+            channel = self._param_channel(task, len(self.publishers))
+            try:
+                publisher = ParamPublisher(task, channel, counters, self.replica_sync_every)
+            except BaseException:
+                channel.close()
+                raise
+        except BaseException:
+            counters.close()
+            raise
+        self.publishers.append(publisher)
+        return publisher
+
+    def _param_channel(self, task: ComputationTask, key: int) -> ParamChannel:
+        """How the parameters reach forked workers: shared memory."""
+        if self.start_method != "fork":
+            raise ValueError(
+                f"task {task.name!r}: WrapperConfig.predict_in_workers needs the 'fork' start method, "
+                f"got {self.start_method!r}"
+            )
+        return ParamBoard(task)
+
+    def published_version(self, task_index: int) -> int:
+        """The policy version last published to the replicas of a task (-1: not replicated)."""
+        publishers = self.task_publishers
+        publisher = publishers[task_index] if task_index < len(publishers) else None
+        return -1 if publisher is None else publisher.published
+
+    def replica_counts(self, worker: int, key: int, row: Sequence[int]) -> None:
+        """Worker ``worker``'s own ``replica_counters`` of replicated algorithm ``key``, as it reported them."""
+        self.publishers[key].counters.report(worker, row)
 
     def sync_replica_counters(self) -> None:
         """Bring every replicated algorithm's ``replica_counters`` to the run's totals (before a checkpoint)."""
-        for _, counters in self._boards:
-            counters.sync()
+        for publisher in self.publishers:
+            publisher.counters.sync()
 
     def _stop_replicas(self) -> None:
         for remove in self._unlisten:
             remove()
         self._unlisten = []
-        for board, counters in self._boards:
-            counters.sync()  # the workers' final counts, into the learner's algorithm
-            board.close()
-            counters.close()
-        self._boards = []
+        for publisher in self.publishers:
+            publisher.close()
+        self.publishers, self.task_publishers = [], []
 
     def _make_stop_event(self) -> Any:
         # Not a multiprocessing.Event: a worker killed inside its lock would hang the others.

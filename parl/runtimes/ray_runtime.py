@@ -9,12 +9,21 @@ by a Ray task there. Ray is optional (``pip install 'parl-rl[ray]'``) and import
     listener  <-- connect x2 (hello, key) ---------  Worker
     _RayLink thread: predict(batch) <- 1 msg/round -- Hub: pack pending predictions
     ComputationWrapper(training) <-- learn ---------- AgentHelper.learn()
+
+With ``WrapperConfig(predict_in_workers=True)`` each actor predicts on its own replica of the task
+instead (:mod:`parl.runtimes.replicas`): the algorithm reaches the actors pickled once through Ray's
+object store, and each published snapshot is ``ray.put`` once and sent by reference to every actor::
+
+    learning call (every replica_sync_every-th)       Ray actor k
+    _RayBroadcast.publish: ray.put(snapshot) -- ref --> set_params: SnapshotInbox (Ray fetches the object)
+                                                        replica, at its next round: load it if newer
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import logging
 import multiprocessing.connection as mpc
 import os
@@ -23,17 +32,30 @@ import signal
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from parl.framework.algorithm import Algorithm
+from parl.framework.computation_task import ComputationTask
 from parl.runtimes import process_worker
 from parl.runtimes.base import RunSetup
 from parl.runtimes.control import RunControl
 from parl.runtimes.episode_ledger import LEDGER_CAPACITY, EpisodeLedger
 from parl.runtimes.process_protocol import WorkerSetup
-from parl.runtimes.process_worker import Worker
+from parl.runtimes.process_worker import built_worker
 from parl.runtimes.processes import ProcessRuntime, WorkerLink
 from parl.runtimes.reaper import Reaper
+from parl.runtimes.replicas import (
+    ParamChannel,
+    ParamSnapshot,
+    PredictionReplica,
+    ReplicaSource,
+    SampleCounters,
+    SnapshotInbox,
+    models_quiet,
+)
 from parl.runtimes.shared_block import block_name, block_prefix
 
 __all__ = ["RayRuntime", "ray_available"]
@@ -91,13 +113,13 @@ def _no_delay(conn: mpc.Connection) -> mpc.Connection:
     return conn
 
 
-def _actor_main(setup: WorkerSetup, generation: int, address: Any, authkey: bytes) -> int:
+def _actor_main(setup: WorkerSetup, generation: int, address: Any, authkey: bytes, inbox: SnapshotInbox) -> int:
     """Body of the actor's ``run`` method: connect back to the learner and run the agents."""
     pred = _no_delay(mpc.Client(address, authkey=authkey))
     pred.send(("hello", setup.worker, generation, "pred"))
     msg = _no_delay(mpc.Client(address, authkey=authkey))
     msg.send(("hello", setup.worker, generation, "msg"))
-    Worker(setup, None, pred, msg, threading.Event(), create_ledger=True).run()
+    built_worker(setup, None, pred, msg, threading.Event(), create_ledger=True, inbox=inbox).run()
     return os.getpid()
 
 
@@ -118,7 +140,15 @@ def _remote_worker_class() -> Any:
     ray = _import_ray()
 
     class RayAgentWorker:
-        """A Ray actor hosting many agents; ``run`` blocks until they stop."""
+        """A Ray actor hosting many agents; ``run`` blocks until they stop, while ``set_params`` (on the
+        actor's second thread) takes the learner's parameter snapshots for the replicas."""
+
+        def __init__(self) -> None:
+            self.inbox = SnapshotInbox()
+
+        def set_params(self, key: int, snapshot: ParamSnapshot) -> None:
+            """The newest snapshot of replicated algorithm ``key`` (Ray fetched it by its reference)."""
+            self.inbox.put(key, snapshot)
 
         def pid(self) -> int:
             return os.getpid()
@@ -128,9 +158,116 @@ def _remote_worker_class() -> Any:
             return str(ray.get_runtime_context().get_node_id())
 
         def run(self, setup: WorkerSetup, generation: int, address: Any, authkey: bytes) -> int:
-            return _actor_main(setup, generation, address, authkey)
+            return _actor_main(setup, generation, address, authkey, self.inbox)
 
     return ray.remote(RayAgentWorker)
+
+
+class _Gone:
+    """What a weak reference of a pickled replica points to: nothing left (see :func:`_replica_pickler`)."""
+
+
+def _dead_ref() -> weakref.ref[Any]:
+    return weakref.ref(_Gone())
+
+
+@functools.cache
+def _replica_pickler() -> Any:
+    """The pickler of an algorithm for replicas on other processes (defined on first use: Ray's cloudpickle).
+
+    Lambdas (model factories) travel by value; locks and thread-local caches are made anew in the
+    unpickled copy (shared ones stay shared), and weak references come back dead.
+    """
+    cloudpickle = _import_ray().cloudpickle
+    lock_types = {type(threading.Lock()): threading.Lock, type(threading.RLock()): threading.RLock}
+
+    class ReplicaPickler(cloudpickle.CloudPickler):  # type: ignore[misc, name-defined]
+        def reducer_override(self, obj: Any) -> Any:
+            kind = type(obj)
+            if kind in lock_types:
+                return lock_types[kind], ()
+            if kind is threading.local:
+                return threading.local, ()
+            if kind is weakref.ref:
+                return _dead_ref, ()
+            return super().reducer_override(obj)
+
+    return ReplicaPickler
+
+
+def _pickled_replica(algorithm: Algorithm) -> bytes:
+    """``algorithm`` pickled for a replica on another process (its models, optimizer, counters, RNG)."""
+    buffer = io.BytesIO()
+    _replica_pickler()(buffer, protocol=5).dump(algorithm)
+    return buffer.getvalue()
+
+
+class _Blueprint:
+    """One replicated algorithm as Ray actors get it: pickled once into Ray's object store (``algorithm``)
+    and the newest snapshot (``latest``), both by reference; an actor builds it once (:meth:`build`)."""
+
+    def __init__(self, algorithm: Any) -> None:
+        self.algorithm = algorithm  # ObjectRef of the pickle
+        self.latest: Any = None  # ObjectRef of the newest ParamSnapshot (set by every publish)
+        self._built: tuple[Algorithm, SampleCounters] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_built": None}
+
+    def build(self, workers: int) -> tuple[Algorithm, SampleCounters]:
+        """In an actor: the algorithm and its counters of ``workers`` rows (one pair for every task on it)."""
+        if self._built is None:
+            ray = _import_ray()
+            algorithm = ray.cloudpickle.loads(ray.get(self.algorithm))
+            self._built = (algorithm, SampleCounters(algorithm, workers, shared=False))
+        return self._built
+
+
+@dataclass
+class _RayReplicaSource:
+    """What a Ray actor needs to replicate one task: its name and its algorithm's :class:`_Blueprint`."""
+
+    name: str
+    key: int
+    blueprint: _Blueprint
+    workers: int
+
+    def build(self, worker: int, seed: int, inbox: SnapshotInbox) -> PredictionReplica:
+        """The replica, on the newest snapshot as the actor was started (later ones come to ``inbox``)."""
+        algorithm, counters = self.blueprint.build(self.workers)
+        inbox.put(self.key, _import_ray().get(self.blueprint.latest))
+        task = ComputationTask(self.name, algorithm)
+        return PredictionReplica(task, inbox.feed(self.key), counters, worker, seed, self.key)
+
+
+class _RayBroadcast:
+    """The learner's channel to the replicas of one algorithm on Ray actors: each snapshot is ``ray.put``
+    once, and its reference sent to every actor (``set_params``), which fetches it from the object store."""
+
+    def __init__(self, runtime: RayRuntime, task: ComputationTask, key: int) -> None:
+        self.runtime, self.key = runtime, key
+        with models_quiet([task]):
+            pickled = _pickled_replica(task.algorithm)
+        self.blueprint = _Blueprint(runtime.ray.put(pickled))
+        self._lock = threading.Lock()  # publish against close: a learning call may end as the run stops
+        self._closed = False
+
+    def publish(self, snapshot: ParamSnapshot) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            ref = self.runtime.ray.put(snapshot)
+            self.blueprint.latest = ref  # what an actor started from now on begins with
+            for link in self.runtime.links:
+                link.send_params(self.key, ref)
+
+    def source(self, task: ComputationTask, counters: SampleCounters) -> ReplicaSource:
+        return _RayReplicaSource(task.name, self.key, self.blueprint, counters.workers)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self.blueprint.latest = None
 
 
 class _Acceptor:
@@ -301,6 +438,16 @@ class _RayLink(WorkerLink):
         self.run_ref = self.actor.run.remote(setup, self.generation, rt.acceptor.address, rt.acceptor.authkey)
         self._submitted = True
 
+    def send_params(self, key: int, snapshot: Any) -> None:
+        """Send the actor the reference of a parameter snapshot of replicated algorithm ``key``."""
+        actor = self.actor
+        if actor is None:
+            return
+        try:
+            actor.set_params.remote(key, snapshot)
+        except Exception:  # noqa: BLE001 - a dead actor: its link's thread reports it
+            logger.debug("could not send parameters to the actor of worker %d", self.index, exc_info=True)
+
     def _launch(self) -> tuple[mpc.Connection, mpc.Connection]:
         ray = self.runtime.ray
         acceptor = self.runtime.acceptor
@@ -421,12 +568,15 @@ class RayRuntime(ProcessRuntime):
 
     ``address`` goes to ``ray.init`` when Ray is not running yet (a Ray started here is shut down by
     :meth:`stop`); ``learner_host`` is where actors connect back (None: loopback on a one-node Ray, else
-    this node's IP). Use it through the Manager::
+    this node's IP). Tasks with ``WrapperConfig.predict_in_workers`` are replicated on the actors, which
+    get the parameters after every ``replica_sync_every`` learning calls. Use it through the Manager::
 
         ManagerConfig(runtime="ray", num_workers=4, num_agents=256, ray_address="auto")
     """
 
     name = "ray"
+    links: list[_RayLink]  # type: ignore[assignment]  # (only _RayLink: _new_link makes them)
+    _shares_memory = False  # an actor keeps its own replica counters and reports them
 
     def __init__(
         self,
@@ -434,11 +584,17 @@ class RayRuntime(ProcessRuntime):
         address: str | None = None,
         num_cpus_per_worker: float = 1.0,
         learner_host: str | None = None,
+        replica_sync_every: int = 1,
     ) -> None:
-        super().__init__(num_workers)
+        super().__init__(num_workers, replica_sync_every=replica_sync_every)
         self.ray = _import_ray()
         self.address = address
-        self.actor_options: dict[str, Any] = {"num_cpus": num_cpus_per_worker, "max_restarts": 0}
+        # Two threads: ``run`` holds one while the agents run; ``set_params`` takes snapshots on the other.
+        self.actor_options: dict[str, Any] = {
+            "num_cpus": num_cpus_per_worker,
+            "max_restarts": 0,
+            "max_concurrency": 2,
+        }
         self.learner_host = learner_host
         self.acceptor: _Acceptor | None = None
         self._started_ray = False
@@ -447,12 +603,6 @@ class RayRuntime(ProcessRuntime):
         self.learner_node: str | None = None  # this process's Ray node (known once Ray runs)
 
     def start(self, run: RunSetup) -> None:
-        replicated = [t.name for t, w in zip(run.tasks, run.wrappers) if w.config.predict_in_workers]
-        if replicated:
-            raise ValueError(
-                f"tasks {replicated} set WrapperConfig.predict_in_workers, which the Ray runtime does not offer "
-                "(its actors do not share memory with the learner)"
-            )
         ray = self.ray
         if not ray.is_initialized():  # a local instance ends with this process, however it ends (reaper)
             local = self.address is None and not os.environ.get("RAY_ADDRESS")
@@ -502,6 +652,10 @@ class RayRuntime(ProcessRuntime):
         if self._started_ray and self.address is None:
             raise ValueError(f"{what}: lower ManagerConfig.num_workers or ray_cpus_per_worker")
         logger.warning("%s: actors wait until the cluster has the CPUs (up to %.0f s)", what, CONNECT_TIMEOUT_S)
+
+    def _param_channel(self, task: ComputationTask, key: int) -> ParamChannel:
+        """How the parameters reach the actors: through Ray's object store."""
+        return _RayBroadcast(self, task, key)
 
     def _make_stop_event(self) -> Any:  # actors are stopped by a message; this marks the learner's side
         return threading.Event()
