@@ -86,20 +86,9 @@ PPO_EXPERIMENT = Experiment(
 
 @dataclass
 class CartPoleA2CConfig(CartPoleOnPolicyConfig):
-    """The same problem with A2C by default, in RL-Zoo's shape: 8 agents sending 5-step chunks (40 rows per
-    update), Monte-Carlo-like advantages (``gae_lambda=1``) left unnormalised, no entropy bonus, Adam at 2e-3
-    (at 4e-3 some runs collapsed to a one-action policy)."""
+    """The same problem with A2C by default."""
 
-    manager: parl.ManagerConfig = field(default_factory=lambda: parl.ManagerConfig(num_agents=8))
-    """Agents and runtime."""
     algorithm: OnPolicyAlgorithm = "a2c"
-    """``ppo`` or ``a2c``."""
-    a2c: A2CConfig = field(
-        default_factory=lambda: A2CConfig(lr=2e-3, gae_lambda=1.0, entropy_coef=0.0, normalize_advantages=False)
-    )
-    """A2C settings (used when algorithm is a2c)."""
-    sample_interval: Annotated[int, Ge(1)] = 5
-    """Steps each agent collects before sending them to the learner."""
 
 
 A2C_EXPERIMENT = Experiment("cartpole_a2c", CartPoleA2CConfig, build, _eval_env, description="CartPole-v1, A2C")
