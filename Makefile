@@ -57,6 +57,14 @@ LEARNING_ARGS ?=
 bench-learning: $(BENCH_STAMP)
 	$(PY) -m benchmarks.learning $(LEARNING_ARGS)
 
+# Processes and Ray at P = 1 and 2 (acting, and CartPole PPO learning), and a cost model fitted from P = 1
+# that predicts P = 2 and 16 and 64 cores (about 5 minutes; the test extras install Ray).
+SCALING_ARGS ?=
+
+.PHONY: bench-scaling
+bench-scaling: $(TEST_STAMP)
+	$(PY) -m benchmarks.scaling $(SCALING_ARGS)
+
 # The documentation site (mkdocs.yml): an API reference from the docstrings plus docs/*.md, built
 # strictly, so a broken link or a docstring mkdocstrings cannot read fails the build.
 DOCS_STAMP := $(VENV)/.installed-docs
