@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import threading
+import types
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +231,9 @@ def test_runs_are_recorded_per_problem_library_and_seed_resumed_and_merged(
                          seeded=["ppo.seed"])  # fmt: skip
 
     monkeypatch.setattr(learning, "run_isolated", fake)
+    sb3 = types.ModuleType("stable_baselines3")  # the SB3 side is faked: SB3 need not be installed (CI has none)
+    sb3.__version__ = "fake"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "stable_baselines3", sb3)
     (results_dir / "results").mkdir()
     (results_dir / "results" / "learning.json").write_text(json.dumps({"problems": {"cartpole_ppo": {}}}))
     learning.main(["--problems", "cartpole_ppo", "--seeds", "2"])
