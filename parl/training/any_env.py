@@ -65,6 +65,7 @@ __all__ = [
     "TD3_ANY_ENV",
     "OffPolicyRunConfig",
     "OnPolicyRunConfig",
+    "SeededReplayHelper",
     "TUNED",
     "train",
 ]
@@ -278,7 +279,7 @@ def build(config: OnPolicyRunConfig | OffPolicyRunConfig) -> Manager:
         task = TaskConfig(
             "RL",
             algorithm=algorithm,
-            helper=_SeededReplayHelper(seed),
+            helper=SeededReplayHelper(seed),
             helper_config=config.replay,
             wrapper=WrapperConfig(min_train_batch_size=rows, max_train_batch_size=rows, train_max_wait_s=0.002),
         )
@@ -287,7 +288,7 @@ def build(config: OnPolicyRunConfig | OffPolicyRunConfig) -> Manager:
 
 
 @dataclass(frozen=True)
-class _SeededReplayHelper:
+class SeededReplayHelper:
     """Makes each agent's ExpReplayHelper with a sampling seed of its own, derived from the run's seed."""
 
     seed: int

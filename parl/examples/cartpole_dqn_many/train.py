@@ -15,7 +15,6 @@ of this problem are :data:`CARTPOLE`.
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -27,6 +26,7 @@ import paddle
 import parl
 from parl.agents import GymAgent
 from parl.examples.cartpole_dqn_many.model import MLPQModel
+from parl.training.any_env import SeededReplayHelper
 from parl.training.evaluation_stopper import EvalStopper
 
 __all__ = ["CARTPOLE", "DQNManySettings", "TrainOutcome", "build_manager", "main", "train"]
@@ -97,13 +97,6 @@ Zoo's settings) and a target copy every 32 gradient steps (Zoo's target changes 
 burst), which made the steps to solve steadier across seeds (at most 14k over 8 seeds, against 30k)."""
 
 
-def _seeded_replay_helper(
-    name: str, comm: parl.Communicator, config: parl.ExpReplayConfig, seed: int
-) -> parl.AgentHelper:
-    """An ExpReplayHelper whose sampling seed depends on the run seed and the agent id."""
-    return parl.ExpReplayHelper(name, comm, replace(config, seed=seed * 100_003 + comm.agent_id))
-
-
 def build_manager(
     settings: DQNManySettings = CARTPOLE,
     seed: int = 0,
@@ -137,7 +130,7 @@ def build_manager(
     task = parl.TaskConfig(
         "RL",
         algorithm=algo,
-        helper=functools.partial(_seeded_replay_helper, seed=seed),
+        helper=SeededReplayHelper(seed),
         helper_config=helper_config,
         wrapper=parl.WrapperConfig(
             min_train_batch_size=merged,
