@@ -73,6 +73,22 @@ def test_the_crafted_pickle_really_runs_code_when_unpickled(tmp_path: Path) -> N
     assert marker.exists()  # so the marker's absence below means the file was never unpickled
 
 
+def test_a_pickle_is_told_from_a_safetensors_file_whose_header_length_begins_like_one(tmp_path: Path) -> None:
+    # a header of 0x0480 bytes makes the file begin 0x80 0x04, as a protocol-4 pickle does
+    save_tree(tmp_path / "tree.safetensors", {"x": np.zeros(2)}, kind="test")
+    data = (tmp_path / "tree.safetensors").read_bytes()
+    size = int.from_bytes(data[:8], "little")
+    header = data[8 : 8 + size].rstrip() + b" " * (0x0480 - size)
+    padded = tmp_path / "padded.safetensors"
+    padded.write_bytes((0x0480).to_bytes(8, "little") + header + data[8 + size :])
+    assert padded.read_bytes()[:2] == bytes([0x80, 0x04])
+    assert file_kind(padded) == "test" and not looks_like_pickle(padded)
+    for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
+        (tmp_path / "old.pkl").write_bytes(_crafted(tmp_path / "marker", protocol))
+        assert looks_like_pickle(tmp_path / "old.pkl") and file_kind(tmp_path / "old.pkl") is None
+    assert not (tmp_path / "marker").exists()
+
+
 # ------------------------------------------------------------------ the file format
 def _same(a: Any, b: Any) -> None:
     """``a`` and ``b`` equal, with the same types (tuple vs list, numpy scalar dtypes, array dtypes)."""

@@ -58,6 +58,7 @@ _SAFE_INT = 2**53
 _DIGITS = re.compile(r"-?[0-9]+")
 _NONFINITE = ("nan", "inf", "-inf")
 _PICKLE_PROTOCOL = 0x80  # the first byte of every pickle of protocol 2 or later (paddle.save writes protocol 4)
+_PICKLE_VERSIONS = range(2, 6)  # the protocol numbers that follow it
 
 
 # ------------------------------------------------------------------ the tree
@@ -251,9 +252,18 @@ def file_kind(path: str | os.PathLike[str]) -> str | None:
 
 
 def looks_like_pickle(path: str | os.PathLike[str]) -> bool:
-    """Whether the file at ``path`` begins as a pickle does (the old checkpoint format), from its first byte."""
+    """Whether the file at ``path`` begins as a pickle does (the old checkpoint format), from its first bytes."""
     with open(path, "rb") as f:
-        return f.read(1) == bytes([_PICKLE_PROTOCOL])
+        return _is_pickle(f.read(9))
+
+
+def _is_pickle(head: bytes) -> bool:
+    """Whether ``head`` (a file's first 9 bytes or more) is the start of a pickle of protocol 2 to 5.
+
+    A safetensors file can begin with the same two bytes (its header's length, little-endian, e.g. 0x0480),
+    so one with a JSON header at byte 8 is not taken for a pickle (no pickle opcode is ``{``).
+    """
+    return len(head) >= 2 and head[0] == _PICKLE_PROTOCOL and head[1] in _PICKLE_VERSIONS and head[8:9] != b"{"
 
 
 def _metadata(file: str, data: bytes) -> dict[str, str]:
@@ -284,7 +294,7 @@ def _metadata(file: str, data: bytes) -> dict[str, str]:
 
 def _what_is(file: str, data: bytes, size: int) -> str:
     """What a file that is not a safetensors file looks like, for the error message."""
-    if data[0] == _PICKLE_PROTOCOL:
+    if _is_pickle(data):
         return (
             "it is a checkpoint of the old pickle format (it begins with the pickle protocol byte 0x80), which "
             "parl no longer reads because loading it would execute any code it holds; if you trust it, convert "
