@@ -14,7 +14,7 @@ $(STAMP): setup.py pyproject.toml
 
 # The tests also cover the Ray runtime, PettingZoo envs, W&B (offline), videos, the built docs site and (slow) LunarLander, so they install those extras.
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[test,plot,ray,pettingzoo,docs,wandb,video,box2d]"
+	$(PY) -m pip install --quiet -e ".[test,plot,ray,pettingzoo,docs,wandb,video,box2d,atari,minatar,mujoco]"
 	touch $(TEST_STAMP)
 
 demo: $(STAMP)

@@ -59,6 +59,13 @@ setup(
         "video": ["moviepy>=1.0"],
         # LunarLander and the other Box2D envs of gymnasium.
         "box2d": ["gymnasium[box2d]>=1.0"],
+        # Atari 2600 games through the Arcade Learning Environment (its wheel ships the ROMs); gymnasium's
+        # AtariPreprocessing resizes frames with OpenCV.
+        "atari": ["ale-py>=0.9", "opencv-python-headless>=4.8"],
+        # MinAtar's small Atari-like games (10x10 boolean frames).
+        "minatar": ["minatar>=1.0.15"],
+        # MuJoCo physics (HalfCheetah, Hopper...) through gymnasium's mujoco envs.
+        "mujoco": ["gymnasium[mujoco]>=1.0"],
         # The documentation site (mkdocs with an API reference from docstrings).
         "docs": ["mkdocs>=1.5", "mkdocs-material>=9.5", "mkdocstrings[python]>=0.24"],
         # Peers for the learning benchmark only; the CPU torch 2.13.0 wheel is installed first

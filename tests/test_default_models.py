@@ -10,6 +10,7 @@ import pytest
 from parl.models import (
     ActorCriticModel,
     DeterministicActorCriticModel,
+    MinAtarCNN,
     NetConfig,
     QNetworkModel,
     SquashedGaussianActorCriticModel,
@@ -99,10 +100,9 @@ def test_encoders_flatten_and_one_hot() -> None:
     np.testing.assert_array_equal(discrete(paddle.to_tensor(np.array([3], np.int64))).numpy(), [[0, 0, 0, 1]])
 
 
-def test_images_need_a_registered_encoder_and_then_every_model_uses_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_registered_encoder_comes_before_the_built_in_cnn(monkeypatch: pytest.MonkeyPatch) -> None:
     image = gym.spaces.Box(0, 255, (6, 6, 2), np.uint8)
-    with pytest.raises(ValueError, match="register a CNN"):
-        ActorCriticModel(image, gym.spaces.Discrete(3))
+    assert isinstance(ActorCriticModel(image, gym.spaces.Discrete(3)).trunk.encoder, MinAtarCNN)  # type: ignore[union-attr]
     monkeypatch.setattr(encoders_module, "_RULES", [])
 
     class MeanPixels(paddle.nn.Layer):
@@ -111,7 +111,7 @@ def test_images_need_a_registered_encoder_and_then_every_model_uses_it(monkeypat
 
     register_encoder("mean_pixels", lambda space: len(space.shape) == 3, lambda space: MeanPixels())
     assert registered_encoders() == ["mean_pixels"]
-    model = ActorCriticModel(image, gym.spaces.Discrete(3))
+    model = ActorCriticModel(image, gym.spaces.Discrete(3), NetConfig(share_trunk=False))
     assert isinstance(model.pi.encoder, MeanPixels)
     assert model.policy(_obs(image)).shape == [5, 3]
 
@@ -165,6 +165,7 @@ def test_box_actor_critics_carry_the_bounds_and_refuse_unbounded_spaces() -> Non
 
 def test_net_config_is_checked() -> None:
     with pytest.raises(ValueError, match="widths >= 1"):
-        NetConfig(())
+        NetConfig((64, 0))
+    assert NetConfig(()).hidden == ()  # the output layers read the encoder's features
     with pytest.raises(ValueError, match="tuple of ints"):
         NetConfig([64, 64])  # type: ignore[arg-type]

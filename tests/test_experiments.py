@@ -29,6 +29,16 @@ LEARN_EARLY = {
     "pendulum_td3": ["--set=learning_starts=64", "--set=batch_size=32"],
     "pendulum_sac": ["--set=learning_starts=64", "--set=batch_size=32"],
     "cartpole_recurrent": ["--set=recurrent.num_agents=4"],
+    "minatar_breakout_dqn": [
+        "--set=replay.learning_starts=32", "--set=replay.batch_size=32", "--set=requests_per_learn=1",
+    ],
+    "minatar_breakout_ppo": ["--set=manager.num_agents=4", "--set=sample_interval=16"],
+    "halfcheetah_sac": [
+        "--set=replay.learning_starts=32", "--set=replay.batch_size=32", "--set=sac.random_action_samples=64",
+    ],
+    "hopper_td3": [
+        "--set=replay.learning_starts=32", "--set=replay.batch_size=32", "--set=td3.random_action_samples=64",
+    ],
 }
 """Per experiment: settings that make it learn within the tiny budget (smaller batches, earlier starts)."""
 

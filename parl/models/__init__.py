@@ -13,19 +13,29 @@ from parl.models.defaults import (
     QNetworkModel,
     SquashedGaussianActorCriticModel,
 )
-from parl.models.encoders import make_encoder, register_encoder, registered_encoders
+from parl.models.encoders import (
+    MinAtarCNN,
+    NatureCNN,
+    is_image_space,
+    make_encoder,
+    register_encoder,
+    registered_encoders,
+)
 from parl.models.spaces import ActionKind, action_kind, action_nvec, action_spec, observation_spec
 
 __all__ = [
     "ActionKind",
     "ActorCriticModel",
     "DeterministicActorCriticModel",
+    "MinAtarCNN",
+    "NatureCNN",
     "NetConfig",
     "QNetworkModel",
     "SquashedGaussianActorCriticModel",
     "action_kind",
     "action_nvec",
     "action_spec",
+    "is_image_space",
     "make_encoder",
     "observation_spec",
     "register_encoder",

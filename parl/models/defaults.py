@@ -10,7 +10,9 @@ The policies the CLI's ``parl train <algorithm> --env ID`` trains, and what a us
 Each model reads one field ``obs`` through an encoder of the observation space
 (:func:`parl.models.encoders.make_encoder`: flattened floats, one-hot indices, or a registered CNN) and
 acts with one field ``action`` of the action space (:mod:`parl.models.spaces`). The hidden layers are
-``NetConfig.hidden`` wide; every head has layers of its own (actor and critics share no parameters).
+``NetConfig.hidden`` wide; every head has layers of its own (actor and critics share no parameters), except
+that the policy and value of an actor-critic model on images share the CNN and hidden layers
+(``NetConfig.share_trunk``).
 
 - :class:`ActorCriticModel` (PPO, A2C): ``policy`` gives logits (``Discrete``), concatenated logits and
   ``action_nvec`` (``MultiDiscrete``/``MultiBinary``), or ``(mean, log_std)`` of a diagonal Gaussian with a
@@ -35,7 +37,7 @@ import paddle
 from parl import layers
 from parl.data.specs import FieldSpec
 from parl.framework.model import Model
-from parl.models.encoders import make_encoder
+from parl.models.encoders import is_image_space, make_encoder
 from parl.models.spaces import action_kind, action_nvec, action_spec, observation_spec
 from parl.utils.config_check import check_config
 
@@ -55,14 +57,19 @@ class NetConfig:
     """Hidden layers of a default model's heads."""
 
     hidden: tuple[int, ...] = (64, 64)
-    """Width of each hidden layer, input side first (each head has its own)."""
+    """Width of each hidden layer, input side first (each head has its own); ``()``: the output layers read
+    the encoder's features (image encoders end with a dense layer of their own)."""
     activation: Literal["tanh", "relu"] = "tanh"
     """Activation of the hidden layers."""
+    share_trunk: bool | None = None
+    """Actor-critic models (PPO, A2C, IMPALA): policy and value share the encoder and hidden layers, each with an
+    output layer of its own. None: shared for image observations (the CNN is most of the cost), separate
+    otherwise."""
 
     def __post_init__(self) -> None:
         check_config(self)
-        if not self.hidden or any(h < 1 for h in self.hidden):
-            raise ValueError(f"NetConfig.hidden: expected one or more widths >= 1, got {self.hidden}")
+        if any(h < 1 for h in self.hidden):
+            raise ValueError(f"NetConfig.hidden: expected widths >= 1, got {self.hidden}")
 
 
 class _Head(paddle.nn.Layer):
@@ -126,15 +133,25 @@ class ActorCriticModel(_SpaceModel):
         else:
             outputs = int(action_space.shape[0])  # type: ignore[index]
             self.log_std = LogStd(outputs)
-        self.pi = _Head(observation_space, net, outputs)
-        self.v = _Head(observation_space, net, 1)
+        shared = net.share_trunk if net.share_trunk is not None else is_image_space(observation_space)
+        if shared:
+            self.trunk: _Head | None = _Head(observation_space, net, None)
+            self.pi: paddle.nn.Layer = layers.fc(size=outputs)
+            self.v: paddle.nn.Layer = layers.fc(size=1)
+        else:
+            self.trunk = None
+            self.pi = _Head(observation_space, net, outputs)
+            self.v = _Head(observation_space, net, 1)
+
+    def _features(self, inputs: Tensors) -> paddle.Tensor:
+        return self.trunk(inputs["obs"]) if self.trunk is not None else inputs["obs"]
 
     def policy(self, inputs: Tensors) -> paddle.Tensor | tuple[paddle.Tensor, paddle.Tensor]:
-        out = self.pi(inputs["obs"])
+        out = self.pi(self._features(inputs))
         return (out, self.log_std()) if self.kind == "box" else out
 
     def value(self, inputs: Tensors) -> paddle.Tensor:
-        return self.v(inputs["obs"]).reshape([-1])
+        return self.v(self._features(inputs)).reshape([-1])
 
 
 class QNetworkModel(_SpaceModel):

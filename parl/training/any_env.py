@@ -36,6 +36,7 @@ from parl.algorithms.dqn import DQN, DQNConfig
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.algorithms.sac import SAC, SACConfig
 from parl.algorithms.td3 import TD3, TD3Config
+from parl.envs.families import make_env, register_family
 from parl.framework.agent_helper import AgentHelper
 from parl.framework.algorithm import Algorithm
 from parl.framework.communicator import Communicator
@@ -50,6 +51,7 @@ from parl.models import (
     NetConfig,
     QNetworkModel,
     SquashedGaussianActorCriticModel,
+    is_image_space,
 )
 from parl.training.experiment import Experiment, resolve_experiment, train_experiment
 from parl.training.overrides import apply_overrides
@@ -65,8 +67,10 @@ __all__ = [
     "TD3_ANY_ENV",
     "OffPolicyRunConfig",
     "OnPolicyRunConfig",
+    "IMAGE_DEFAULTS",
     "SeededReplayHelper",
     "TUNED",
+    "named_experiment",
     "train",
 ]
 
@@ -80,7 +84,8 @@ class _RunConfig:
     """What every algorithm's run on any env has: the env, the run, the agents, the network, the seed."""
 
     env_id: str = "CartPole-v1"
-    """A gymnasium id (``"module:Id"`` imports the module that registers it first)."""
+    """A gymnasium id (``"module:Id"`` imports the module that registers it first; ``MinAtar/`` and ``ALE/`` ids
+    are registered and wrapped by :func:`parl.envs.families.make_env`)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """How the run is driven, logged, evaluated and checkpointed."""
     manager: ManagerConfig = field(default_factory=lambda: ManagerConfig(num_agents=8))
@@ -212,10 +217,7 @@ class SACRunConfig(OffPolicyRunConfig):
 
 
 def _spaces(env_id: str) -> tuple[gym.Space, gym.Space]:
-    try:
-        env = gym.make(env_id)
-    except gym.error.Error as exc:  # an unknown id, a missing extra such as box2d
-        raise ValueError(f"env_id {env_id!r}: {exc}") from exc
+    env = make_env(env_id)
     try:
         return env.observation_space, env.action_space
     finally:
@@ -284,7 +286,7 @@ def build(config: OnPolicyRunConfig | OffPolicyRunConfig) -> Manager:
             wrapper=WrapperConfig(min_train_batch_size=rows, max_train_batch_size=rows, train_max_wait_s=0.002),
         )
     manager_config = dataclasses.replace(config.manager, seed=seed * 1_000)
-    return Manager([task], GymAgent, lambda i: gym.make(env_id), manager_config)
+    return Manager([task], GymAgent, lambda i: make_env(env_id), manager_config)
 
 
 @dataclass(frozen=True)
@@ -301,6 +303,7 @@ def prepare(config: Any) -> Any:
     """The config a run uses: ``train.stop_value`` from the env's ``reward_threshold`` when unset."""
     if config.train.stop_value is not None or not config.stop_at_reward_threshold:
         return config
+    register_family(config.env_id)
     threshold = gym.spec(config.env_id).reward_threshold
     if threshold is None:
         return config
@@ -310,7 +313,7 @@ def prepare(config: Any) -> Any:
 def eval_env(config: Any) -> Callable[[], gym.Env]:
     """A factory of evaluation envs: the training env."""
     env_id = config.env_id
-    return lambda: gym.make(env_id)
+    return lambda: make_env(env_id)
 
 
 TUNED: dict[tuple[str, str], tuple[str, ...]] = {
@@ -331,14 +334,29 @@ TUNED: dict[tuple[str, str], tuple[str, ...]] = {
 apply them before ``--set`` and the field flags, so those still change them; ``--show-config`` prints them."""
 
 
+IMAGE_DEFAULTS: tuple[str, ...] = ("net.hidden=()", "net.activation=relu")
+"""Applied by ``--env ID`` before :data:`TUNED` when the env's observations are images: the output layers read
+the CNN's dense features directly (:mod:`parl.models.encoders`), as the Nature DQN and MinAtar networks do."""
+
+
 def _tuned(algorithm: str) -> Callable[[str], tuple[str, ...]]:
-    return lambda env_id: TUNED.get((algorithm, env_id), ())
+    def env_defaults(env_id: str) -> tuple[str, ...]:
+        image = is_image_space(_spaces(env_id)[0])
+        return (IMAGE_DEFAULTS if image else ()) + TUNED.get((algorithm, env_id), ())
+
+    return env_defaults
 
 
 def _experiment(name: str, config_class: type, description: str) -> Experiment:
     return Experiment(
         name, config_class, build, eval_env, description=description, env_defaults=_tuned(name), prepare=prepare
     )
+
+
+def named_experiment(name: str, config_class: type, description: str) -> Experiment:
+    """A named experiment whose config is one of the run configs here with values tuned for one env as its
+    defaults (``parl train minatar_breakout_dqn``), built and evaluated as ``parl train dqn --env ID`` is."""
+    return Experiment(name, config_class, build, eval_env, description=description, prepare=prepare)
 
 
 PPO_ANY_ENV = _experiment("ppo", PPORunConfig, "PPO on any env (--env ID): Discrete, MultiDiscrete or Box actions")

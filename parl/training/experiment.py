@@ -99,6 +99,10 @@ EXPERIMENTS: dict[str, str] = {
     "pendulum_td3": "parl.examples.pendulum_td3.experiment:PENDULUM_TD3_EXPERIMENT",
     "pendulum_sac": "parl.examples.pendulum_sac.experiment:PENDULUM_SAC_EXPERIMENT",
     "cartpole_recurrent": "parl.examples.cartpole_recurrent.experiment:RECURRENT_EXPERIMENT",
+    "minatar_breakout_dqn": "parl.examples.minatar.experiment:MINATAR_BREAKOUT_DQN",
+    "minatar_breakout_ppo": "parl.examples.minatar.experiment:MINATAR_BREAKOUT_PPO",
+    "halfcheetah_sac": "parl.examples.mujoco.experiment:HALFCHEETAH_SAC",
+    "hopper_td3": "parl.examples.mujoco.experiment:HOPPER_TD3",
 }
 """Experiments known by name (in :mod:`parl.examples`, shipped with the package)."""
 

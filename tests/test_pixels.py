@@ -1,0 +1,151 @@
+"""Image observations end to end: the MinAtar and Atari env families, the CNN encoders of the default
+models, and uint8/bool frames kept compact through the task, the replay buffer, the process transport
+and checkpoints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import paddle
+import pytest
+
+import parl
+from parl.data.replay_buffer import ReplayBuffer
+from parl.data.specs import FieldSpec
+from parl.envs.families import make_env
+from parl.models import ActorCriticModel, MinAtarCNN, NatureCNN, NetConfig, QNetworkModel, make_encoder
+from parl.models.spaces import observation_spec
+from parl.utils.safe_store import load_tree, save_tree
+
+QUICK = ["train.progress=false", "train.eval_every=0", "train.checkpoint_every=0", "train.tensorboard=false"]
+MINATAR = gym.spaces.Box(0, 1, (10, 10, 4), np.bool_)
+ATARI = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+
+
+# ------------------------------------------------------------------ the env families
+@pytest.mark.timeout(60)
+def test_minatar_ids_are_registered_on_first_use_and_give_bool_frames() -> None:
+    env = make_env("MinAtar/Breakout-v1")
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space == MINATAR and obs.dtype == np.bool_ and obs.shape == (10, 10, 4)
+    for _ in range(300):
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            obs, _ = env.reset()
+    assert obs.dtype == np.bool_
+
+
+@pytest.mark.timeout(60)
+def test_atari_ids_get_the_nature_papers_wrapper_stack() -> None:
+    env = make_env("ALE/Pong-v5")
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.shape == (4, 84, 84) and obs.dtype == np.uint8
+    for _ in range(200):
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        assert not (terminated or truncated)  # a Pong game lasts thousands of frames
+    assert obs.shape == (4, 84, 84)
+    # the newest frame is last, and frames move: four 4-frame skips later the stack has shifted
+    assert not np.array_equal(obs[0], obs[3])
+
+
+def test_a_missing_extra_names_the_one_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gym, "registry", {})  # nothing registered yet
+    monkeypatch.setitem(sys.modules, "minatar.gym", None)  # importing it raises ImportError
+    with pytest.raises(ValueError, match=r"pip install 'parl-rl\[minatar\]'"):
+        make_env("MinAtar/Breakout-v1")
+
+
+def test_other_ids_are_plain_gymnasium_make() -> None:
+    assert make_env("CartPole-v1").spec.id == "CartPole-v1"  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="env_id 'NoSuchEnv-v0'"):
+        make_env("NoSuchEnv-v0")
+
+
+# ------------------------------------------------------------------ encoders and models
+def test_the_cnn_follows_the_frame_size_and_the_channel_axis() -> None:
+    assert isinstance(make_encoder(ATARI), NatureCNN) and make_encoder(ATARI).channels_first
+    channels_last = gym.spaces.Box(0, 255, (84, 84, 4), np.uint8)
+    assert isinstance(make_encoder(channels_last), NatureCNN) and not make_encoder(channels_last).channels_first
+    small = make_encoder(MINATAR)
+    assert isinstance(small, MinAtarCNN) and not small.channels_first
+    x = paddle.to_tensor(np.ones((3, 10, 10, 4), np.bool_))
+    assert small(x).shape == [3, 128]
+    frames = paddle.to_tensor(np.zeros((2, 84, 84, 4), np.uint8))
+    assert make_encoder(channels_last)(frames).shape == [2, 512]
+
+
+def test_uint8_frames_are_scaled_to_zero_one_inside_the_encoder() -> None:
+    paddle.seed(0)
+    cnn = NatureCNN(channels_first=True)
+    frames = np.random.default_rng(0).integers(0, 256, (2, 4, 84, 84), dtype=np.uint8)
+    compact = cnn(paddle.to_tensor(frames)).numpy()
+    scaled = cnn(paddle.to_tensor(frames.astype(np.float32) / 255.0)).numpy()
+    np.testing.assert_allclose(compact, scaled, rtol=1e-4, atol=1e-5)
+
+
+def _conv_count(model: paddle.nn.Layer) -> int:
+    return sum(1 for p in model.parameters() if len(p.shape) == 4)
+
+
+def test_actor_critic_models_on_images_share_the_cnn_unless_told_not_to() -> None:
+    actions = gym.spaces.Discrete(6)
+    shared = ActorCriticModel(ATARI, actions, NetConfig(hidden=(), activation="relu"))
+    x = {"obs": paddle.to_tensor(np.zeros((5, 4, 84, 84), np.uint8))}
+    assert shared.policy(x).shape == [5, 6] and shared.value(x).shape == [5]
+    assert _conv_count(shared) == 3
+    apart = ActorCriticModel(ATARI, actions, NetConfig(hidden=(), activation="relu", share_trunk=False))
+    apart.policy(x), apart.value(x)
+    assert _conv_count(apart) == 6
+    vectors = ActorCriticModel(gym.spaces.Box(-1, 1, (4,)), actions)
+    assert vectors.trunk is None  # separate heads on vectors, as before
+    q = QNetworkModel(MINATAR, gym.spaces.Discrete(3), NetConfig(hidden=(), activation="relu"))
+    assert q.value({"obs": paddle.to_tensor(np.zeros((2, 10, 10, 4), np.bool_))}).shape == [2, 3]
+
+
+# ------------------------------------------------------------------ compact frames end to end
+def test_image_specs_keep_their_dtype() -> None:
+    assert observation_spec(ATARI) == FieldSpec("obs", (4, 84, 84), "uint8")
+    assert observation_spec(MINATAR) == FieldSpec("obs", (10, 10, 4), "bool")
+
+
+def test_a_replay_buffer_of_frames_holds_them_compact_and_its_checkpoint_keeps_the_dtype(tmp_path: Path) -> None:
+    spec = observation_spec(ATARI)
+    buf = ReplayBuffer(64, [spec], [FieldSpec("action", (), "int64")], [FieldSpec("reward", (), "float32")])
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        frame = rng.integers(0, 256, (4, 84, 84), dtype=np.uint8)
+        buf.add_row({"obs": frame}, {"action": 1}, {"reward": 0.5}, {"obs": frame}, False)
+    stored = buf._data["inputs"]["obs"]
+    assert stored.dtype == np.uint8 and stored.nbytes == 64 * 4 * 84 * 84
+    assert buf.sample(4, rng).inputs["obs"].dtype == np.uint8
+    save_tree(tmp_path / "buffer.safetensors", buf.state_dict(), kind="test")
+    back = load_tree(tmp_path / "buffer.safetensors", kind="test")
+    assert (tmp_path / "buffer.safetensors").stat().st_size < 2 * stored.nbytes + 100_000  # no float copy
+    again = ReplayBuffer(64, [spec], [FieldSpec("action", (), "int64")], [FieldSpec("reward", (), "float32")])
+    again.set_state_dict(back)
+    np.testing.assert_array_equal(again._data["inputs"]["obs"], stored)
+    assert again._data["inputs"]["obs"].dtype == np.uint8
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("algorithm", "overrides"),
+    [
+        ("ppo", ["sample_interval=32", "manager.num_agents=4"]),
+        ("ppo", ["sample_interval=32", "manager.num_agents=2", "manager.runtime=processes"]),
+        ("dqn", ["replay.learning_starts=64", "replay.batch_size=32", "replay.learn_every=16", "requests_per_learn=1"]),
+    ],
+)
+def test_minatar_trains_from_the_any_env_path(algorithm: str, overrides: list[str], tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    summary = parl.train(
+        algorithm, "MinAtar/Breakout-v1", max_steps=300, run_dir=str(run), overrides=[*QUICK, *overrides]
+    )
+    assert summary.counters.env_steps >= 300
+    assert summary.report.training_stats["RL"].calls >= 1
+    config = json.loads((run / "config.json").read_text())["config"]
+    assert config["net"]["hidden"] == [] and config["net"]["activation"] == "relu"  # the image defaults
