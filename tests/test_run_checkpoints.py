@@ -86,6 +86,37 @@ def test_only_the_last_checkpoints_are_kept_and_incomplete_ones_ignored(tmp_path
         ckpt.read_state(tmp_path / "checkpoints" / "step_000000000099")
 
 
+@pytest.mark.timeout(60)
+def test_helper_states_are_kept_in_the_latest_checkpoint_only_or_in_none(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from parl.training.checkpoint import HELPERS_FILE, read_helpers
+
+    manager = _dqn_manager()
+    manager.run()
+    latest = RunCheckpointer(tmp_path / "latest", keep=3, helper_states="latest")
+    paths = [latest.save(manager, RunCounters(env_steps=s)) for s in (10, 20, 30)]
+    assert set(read_helpers(paths[-1] / HELPERS_FILE)) == {0, 1}  # the newest holds the replay buffers
+    for older in paths[:-1]:
+        assert read_helpers(older / HELPERS_FILE) == {}  # emptied once a newer one was complete
+        assert (older / HELPERS_FILE).stat().st_size < 4096
+    fresh = _dqn_manager()
+    latest.restore(paths[-1], fresh)
+    assert set(fresh.pending_helper_states) == {0, 1}
+    with caplog.at_level("WARNING", logger="parl.training.checkpoint"):
+        latest.restore(paths[0], _dqn_manager())
+    assert "holds no helper states (written with train.helper_states='latest'" in caplog.text
+
+    none = RunCheckpointer(tmp_path / "none", helper_states="none")
+    path = none.save(manager, RunCounters(env_steps=10))
+    assert read_helpers(path / HELPERS_FILE) == {}
+    fresh = _dqn_manager()
+    none.restore(path, fresh)
+    assert fresh.pending_helper_states == {}
+    with pytest.raises(ValueError, match="expected 'every', 'latest' or 'none'"):
+        RunCheckpointer(tmp_path, helper_states="some")  # type: ignore[arg-type]
+
+
 _SAVER = textwrap.dedent(
     """
     import os, signal, sys, time

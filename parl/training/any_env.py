@@ -334,9 +334,10 @@ TUNED: dict[tuple[str, str], tuple[str, ...]] = {
 apply them before ``--set`` and the field flags, so those still change them; ``--show-config`` prints them."""
 
 
-IMAGE_DEFAULTS: tuple[str, ...] = ("net.hidden=()", "net.activation=relu")
+IMAGE_DEFAULTS: tuple[str, ...] = ("net.hidden=()", "net.activation=relu", "train.helper_states=latest")
 """Applied by ``--env ID`` before :data:`TUNED` when the env's observations are images: the output layers read
-the CNN's dense features directly (:mod:`parl.models.encoders`), as the Nature DQN and MinAtar networks do."""
+the CNN's dense features directly (:mod:`parl.models.encoders`), as the Nature DQN and MinAtar networks do, and
+only the latest checkpoint keeps the replay buffers (frames are large)."""
 
 
 def _tuned(algorithm: str) -> Callable[[str], tuple[str, ...]]:

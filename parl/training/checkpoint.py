@@ -7,7 +7,11 @@ A checkpoint is a directory ``<run_dir>/checkpoints/step_<env steps>/`` holding
 - ``helpers.safetensors``: each agent's helper state (replay buffers, their
   sampling RNG and learning schedule), from every runtime: agents in worker
   processes or Ray actors report theirs when asked (see
-  :meth:`Manager.collect_helper_states`);
+  :meth:`Manager.collect_helper_states`). ``helper_states`` says which
+  checkpoints keep them: ``"every"`` one, only the ``"latest"`` (an older
+  checkpoint's file is emptied once a newer one is complete: a replay memory of
+  gigabytes is on disk once, not once per kept checkpoint), or ``"none"``; a
+  checkpoint restored without them starts its agents with empty buffers;
 - ``state.safetensors``: the run's counters, the Python, NumPy and Paddle RNG
   states, the resolved config and the agents whose helper states could not be
   saved (their worker had died), with the reason.
@@ -45,10 +49,11 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from parl.framework.errors import CheckpointError
 from parl.manager import Manager
+from parl.runtimes.base import HelperStates
 from parl.training.overrides import config_to_dict
 from parl.utils.atomic import atomic_write
 from parl.utils.rng_state import global_rng_states, set_global_rng_states
@@ -60,6 +65,7 @@ __all__ = [
     "CheckpointError",
     "STATE_FILE",
     "HELPERS_FILE",
+    "HelperStatesKept",
     "OLD_FILES",
     "write_state",
     "write_helpers",
@@ -68,6 +74,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_EMPTY_HELPERS_BYTES = 4096  # an emptied helpers file is a few hundred bytes; a real one is not rewritten twice
 _DIR_RE = re.compile(r"^step_(\d+)(?:-(\d+))?$")
 STATE_FILE = "state.safetensors"
 HELPERS_FILE = "helpers.safetensors"
@@ -107,20 +114,29 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
+HelperStatesKept = Literal["every", "latest", "none"]
+"""Which checkpoints keep the agents' helper states (replay buffers); see the module doc."""
+
+
 class RunCheckpointer:
     """Saves and restores complete run checkpoints under ``<run_dir>/checkpoints``; see the module doc."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], keep: int = 3) -> None:
+    def __init__(
+        self, run_dir: str | os.PathLike[str], keep: int = 3, helper_states: HelperStatesKept = "every"
+    ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
+        if helper_states not in ("every", "latest", "none"):
+            raise ValueError(f"helper_states: expected 'every', 'latest' or 'none', got {helper_states!r}")
         self.root = Path(run_dir) / "checkpoints"
         self.keep = keep
+        self.helper_states = helper_states
 
     # ------------------------------------------------------------------ save
     def save(self, manager: Manager, counters: RunCounters, config: Any = None) -> Path:
         """Write a checkpoint of ``manager``'s tasks and helpers with ``counters``; return its directory."""
         # Asked first: a worker that does not answer fails the save before anything is written.
-        helpers = manager.collect_helper_states()
+        helpers = manager.collect_helper_states() if self.helper_states != "none" else HelperStates({}, {})
         self.root.mkdir(parents=True, exist_ok=True)
         self._remove_leftovers()
         # Also prune first: a save killed between its rename and its prune left one checkpoint too
@@ -133,7 +149,9 @@ class RunCheckpointer:
                 task.save(tmp / f"task_{name}.pdckpt")
             write_helpers(tmp / HELPERS_FILE, helpers.states)
             config_dict = config_to_dict(config) if config is not None else None
-            write_state(tmp / STATE_FILE, counters, config_dict, helpers.missing, global_rng_states())
+            write_state(
+                tmp / STATE_FILE, counters, config_dict, helpers.missing, global_rng_states(), self.helper_states
+            )
             (tmp / "COMPLETE").write_text("ok\n")
             _fsync_file(tmp / "COMPLETE")
             _fsync_dir(tmp)
@@ -148,10 +166,21 @@ class RunCheckpointer:
             Path(path).write_text(final.name + "\n")
 
         atomic_write(self.root / "latest", write_pointer)
-        manager.helper_states_saved(helpers)
+        if self.helper_states != "none":
+            manager.helper_states_saved(helpers)
         self._prune()
+        if self.helper_states == "latest":
+            self._drop_older_helper_states(final)
         logger.info("checkpoint %s written", final)
         return final
+
+    def _drop_older_helper_states(self, newest: Path) -> None:
+        """Empty the helpers file of every complete checkpoint but ``newest`` (each replaced in one rename)."""
+        for p in self.complete():
+            file = p / HELPERS_FILE
+            if p == newest or not file.exists() or file.stat().st_size < _EMPTY_HELPERS_BYTES:
+                continue
+            atomic_write(file, lambda path: write_helpers(Path(path), {}))
 
     def _free_name(self, steps: int) -> Path:
         base = self.root / f"step_{steps:012d}"
@@ -257,7 +286,16 @@ class RunCheckpointer:
         for name, task in manager.tasks.items():
             task.load(files[name])
         missing: dict[int, str] = state["helpers_missing"]
-        if missing:
+        kept = state.get("helper_states", "every")
+        if not helpers and kept != "every":
+            logger.warning(
+                "checkpoint %s holds no helper states (written with train.helper_states=%r%s); agents start with "
+                "empty replay buffers",
+                p,
+                kept,
+                ", and a newer checkpoint was written after it" if kept == "latest" else "",
+            )
+        elif missing:
             logger.warning(
                 "checkpoint %s has no helper states for agents %s (not saved: %s); they start with empty buffers",
                 p,
@@ -271,15 +309,21 @@ class RunCheckpointer:
 
 
 def write_state(
-    path: Path, counters: RunCounters, config: Any, helpers_missing: Mapping[int, str], rng: Mapping[str, Any]
+    path: Path,
+    counters: RunCounters,
+    config: Any,
+    helpers_missing: Mapping[int, str],
+    rng: Mapping[str, Any],
+    helper_states: HelperStatesKept = "every",
 ) -> None:
     """Write a checkpoint's ``state.safetensors``: counters, the config as a dict, missing helpers, RNG states
-    (as :func:`~parl.utils.rng_state.global_rng_states` gives them)."""
+    (as :func:`~parl.utils.rng_state.global_rng_states` gives them), which checkpoints keep helper states."""
     state = {
         "counters": dataclasses.asdict(counters),
         "config": config,
         "helpers_missing": dict(helpers_missing),
         "rng": dict(rng),
+        "helper_states": helper_states,
     }
     save_tree(path, state, kind="run_state")
 

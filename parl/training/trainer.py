@@ -41,7 +41,7 @@ from annotated_types import Ge, Gt
 from parl.manager import Manager, RunReport
 from parl.runtimes.control import RunControl
 from parl.training.callbacks import TrainerCallback
-from parl.training.checkpoint import CheckpointError, RunCheckpointer, RunCounters
+from parl.training.checkpoint import CheckpointError, HelperStatesKept, RunCheckpointer, RunCounters
 from parl.training.metrics_log import MetricLogger
 from parl.training.overrides import save_config
 from parl.training.progress import ProgressBar
@@ -79,6 +79,10 @@ class TrainConfig:
     """Env steps between checkpoints (0: only the final one)."""
     keep_checkpoints: Annotated[int, Ge(1)] = 3
     """Complete checkpoints kept on disk."""
+    helper_states: HelperStatesKept = "every"
+    """Which checkpoints hold the agents' replay buffers: ``every`` one, only the ``latest`` (older ones are
+    emptied, so a large replay memory is on disk once), or ``none``; a checkpoint without them resumes with
+    empty buffers."""
     log_every_s: Annotated[float, Gt(0)] = 2.0
     """Seconds between rows of training scalars."""
     progress: bool | None = None
@@ -153,7 +157,7 @@ class Trainer:
             raise ValueError(f"eval_task {self.eval_task!r} is not one of the tasks {list(manager.tasks)}")
         self.full_config = full_config if full_config is not None else config
         self.run_dir = Path(config.run_dir)
-        self.checkpointer = RunCheckpointer(self.run_dir, keep=config.keep_checkpoints)
+        self.checkpointer = RunCheckpointer(self.run_dir, config.keep_checkpoints, config.helper_states)
         self.counters = RunCounters()
         self._base = RunCounters()
         self._solved = False
