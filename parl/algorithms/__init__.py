@@ -7,6 +7,7 @@ RL maths lives in pure functions in :mod:`parl.algorithms.functional` (discrete 
 from parl.algorithms.a2c import A2C, A2CConfig
 from parl.algorithms.ddpg import DDPG, DDPGConfig
 from parl.algorithms.dqn import DQN, DQNConfig
+from parl.algorithms.impala import IMPALA, IMPALAConfig
 from parl.algorithms.optim import FusedAdam
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.algorithms.sac import SAC, SACConfig
@@ -20,6 +21,8 @@ __all__ = [
     "DQN",
     "DQNConfig",
     "FusedAdam",
+    "IMPALA",
+    "IMPALAConfig",
     "PPO",
     "PPOConfig",
     "SAC",

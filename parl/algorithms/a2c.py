@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 import paddle
@@ -45,7 +45,125 @@ class A2CConfig:
         check_config(self)
 
 
-class A2C(Algorithm):
+class _ActorCriticSettings(Protocol):
+    """The fields of a config that :class:`_ActorCritic` reads."""
+
+    lr: float
+    value_coef: float
+    entropy_coef: float
+    max_grad_norm: float
+    seed: int | None
+
+
+_ConfigT = TypeVar("_ConfigT", bound=_ActorCriticSettings)
+
+
+class _ActorCritic(Algorithm, Generic[_ConfigT]):
+    """The learning path that A2C and IMPALA share: one gradient step per batch of a feed-forward actor-critic.
+
+    ``learn`` takes the values of ``[inputs; next_inputs]`` in one pass (the
+    bootstrap half detached) and the log-probabilities of the taken actions,
+    asks :meth:`_targets` for the policy-gradient weights and the value
+    targets, and minimises ``-mean(logp * weight) + value_coef * mean((V - target)^2)
+    - entropy_coef * entropy``.
+    """
+
+    algorithm_name: ClassVar[str]
+    """The name error messages give (``"A2C.learn: ..."``)."""
+
+    def __init__(self, model: Model | ModelFactory, config: _ConfigT) -> None:
+        super().__init__(model)
+        self.config = config
+        self.dist = action_distribution(self.model, self.algorithm_name)
+        self.action_name = self.dist.name
+        # One fused Adam op per step, with the global-norm clip (see parl.algorithms.optim).
+        self.adam = FusedAdam(
+            self.model.parameters(), learning_rate=self.config.lr, max_grad_norm=self.config.max_grad_norm
+        )
+        self.optimizer = self.adam
+        self.rng = np.random.default_rng(self.config.seed)
+        self.learn_steps = 0
+
+    def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
+        name = self.algorithm_name
+        if model.state_specs():
+            raise ValueError(
+                f"{name} supports feed-forward models only, but {type(model).__name__} declares recurrent states "
+                f"{[s.name for s in model.state_specs()]}; use PPO, which unrolls recurrent models"
+            )
+        action_distribution(model, name).check_output(model.policy(inputs), model)  # type: ignore[operator]
+        model.value(inputs)  # type: ignore[operator]
+
+    def _value(self, inputs: Tensors) -> paddle.Tensor:
+        v = self.model.value(inputs)  # type: ignore[operator]
+        return v.reshape([-1])
+
+    def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
+        params = self.dist.params(self.model.policy(inputs))  # type: ignore[operator]
+        sample = self.dist.act(params, self.rng if explore else None)
+        return Prediction(actions={self.action_name: sample.action}, extras={"logp": sample.logp, **sample.extras})
+
+    def _values(self, batch: TrainingBatch) -> tuple[paddle.Tensor, np.ndarray, np.ndarray]:
+        """``V(s_t)`` (gradient flows through it), and the numpy ``V(s_t)`` and ``V(s_tp1)`` (detached).
+
+        One value pass over ``[inputs; next_inputs]``: the gradient flows through the first half only.
+        """
+        size = batch.size
+        both = {k: paddle.concat([v, batch.next_inputs[k]]) for k, v in batch.inputs.items()}
+        values = self._value(both)
+        v_np = values.detach().numpy()
+        return values[:size], v_np[:size], v_np[size:]
+
+    def _log_prob(self, batch: TrainingBatch) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """Distribution parameters of every row and the log-probabilities of the taken actions (checked)."""
+        params = self.dist.params(self.model.policy(batch.inputs))  # type: ignore[operator]
+        actions = batch.actions[self.action_name]
+        self.dist.check_actions(actions, params)
+        return params, self.dist.log_prob(params, actions)
+
+    @staticmethod
+    def _rows(batch: TrainingBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rewards, terminal flags and segment ends of a batch as numpy ``[B]`` (every row a segment when
+        ``segment_end`` is None)."""
+        reward = next(iter(batch.rewards.values())).numpy().reshape(-1)
+        terminal = batch.terminal.numpy().reshape(-1)
+        size = batch.size
+        seg = batch.segment_end.numpy().astype(bool) if batch.segment_end is not None else np.ones(size, bool)
+        return reward, terminal, seg
+
+    def _targets(
+        self, batch: TrainingBatch, v_t: np.ndarray, v_tp1: np.ndarray, logp: paddle.Tensor
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Policy-gradient weights and value targets (float32 ``[B]``) of a batch, given ``V(s_t)``, ``V(s_tp1)``
+        and the current log-probabilities of the taken actions, and the per-sample values ``learn`` reports."""
+        raise NotImplementedError(f"{type(self).__name__} must define _targets()")
+
+    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor | np.ndarray | float]:
+        c = self.config
+        v_t, v_np_t, v_np_tp1 = self._values(batch)
+        params, logp = self._log_prob(batch)
+        weights, targets, per_sample = self._targets(batch, v_np_t, v_np_tp1, logp)
+        policy_loss = -(logp * self.tensor("advantage", weights)).mean()
+        value_loss = (v_t - self.tensor("returns", targets)).square().mean()
+        loss = policy_loss + c.value_coef * value_loss
+        if c.entropy_coef != 0.0:
+            entropy = self.dist.entropy(params).mean()
+            loss = loss - c.entropy_coef * entropy
+        else:
+            with paddle.no_grad():  # reported only
+                entropy = self.dist.entropy(params.detach()).mean()
+        self.apply_gradients(loss, self.adam)
+        self.learn_steps += 1
+        return {
+            "loss": loss.detach(),
+            "policy_loss": policy_loss.detach(),
+            "value_loss": value_loss.detach(),
+            "entropy": entropy.detach(),
+            **per_sample,
+        }
+
+
+class A2C(_ActorCritic[A2CConfig]):
     """Synchronous advantage actor-critic over discrete, multi-discrete or box actions.
 
     The model provides ``value(inputs) -> [B]`` (or ``[B, 1]``) and a
@@ -68,36 +186,10 @@ class A2C(Algorithm):
     refused; :class:`~parl.algorithms.ppo.PPO` supports them.
     """
 
+    algorithm_name = "A2C"
+
     def __init__(self, model: Model | ModelFactory, config: A2CConfig | None = None) -> None:
-        super().__init__(model)
-        self.config = config if config is not None else A2CConfig()
-        self.dist = action_distribution(self.model, "A2C")
-        self.action_name = self.dist.name
-        # One fused Adam op per step, with the global-norm clip (see parl.algorithms.optim).
-        self.adam = FusedAdam(
-            self.model.parameters(), learning_rate=self.config.lr, max_grad_norm=self.config.max_grad_norm
-        )
-        self.optimizer = self.adam
-        self.rng = np.random.default_rng(self.config.seed)
-        self.learn_steps = 0
-
-    def warm_up(self, model: Model, inputs: Tensors, states: Tensors) -> None:
-        if model.state_specs():
-            raise ValueError(
-                f"A2C supports feed-forward models only, but {type(model).__name__} declares recurrent states "
-                f"{[s.name for s in model.state_specs()]}; use PPO, which unrolls recurrent models"
-            )
-        action_distribution(model, "A2C").check_output(model.policy(inputs), model)  # type: ignore[operator]
-        model.value(inputs)  # type: ignore[operator]
-
-    def _value(self, inputs: Tensors) -> paddle.Tensor:
-        v = self.model.value(inputs)  # type: ignore[operator]
-        return v.reshape([-1])
-
-    def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
-        params = self.dist.params(self.model.policy(inputs))  # type: ignore[operator]
-        sample = self.dist.act(params, self.rng if explore else None)
-        return Prediction(actions={self.action_name: sample.action}, extras={"logp": sample.logp, **sample.extras})
+        super().__init__(model, config if config is not None else A2CConfig())
 
     def advantages(self, batch: TrainingBatch) -> tuple[paddle.Tensor, np.ndarray, np.ndarray]:
         """Values, GAE advantages and value targets of a batch (no gradient through the targets).
@@ -105,43 +197,22 @@ class A2C(Algorithm):
         One value pass over ``[inputs; next_inputs]``: the gradient flows through the first half
         only (``v_t``); the bootstrap values ``v_tp1`` are detached.
         """
-        c = self.config
-        size = batch.size
-        both = {k: paddle.concat([v, batch.next_inputs[k]]) for k, v in batch.inputs.items()}
-        values = self._value(both)
-        v_t = values[:size]
-        v_np = values.detach().numpy()
-        reward = next(iter(batch.rewards.values())).numpy().reshape(-1)
-        terminal = batch.terminal.numpy().reshape(-1)
-        delta = reward + c.gamma * (1.0 - terminal) * v_np[size:] - v_np[:size]
-        seg = batch.segment_end.numpy().astype(bool) if batch.segment_end is not None else np.ones(size, bool)
-        adv = gae_advantages(delta, seg, c.gamma, c.gae_lambda)
-        returns = adv + v_np[:size]
-        return v_t, adv, returns.astype(np.float32)
+        v_t, v_np_t, v_np_tp1 = self._values(batch)
+        adv, returns = self._gae(batch, v_np_t, v_np_tp1)
+        return v_t, adv, returns
 
-    def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor | np.ndarray | float]:
+    def _gae(self, batch: TrainingBatch, v_t: np.ndarray, v_tp1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         c = self.config
-        v_t, adv, returns = self.advantages(batch)
+        reward, terminal, seg = self._rows(batch)
+        delta = reward + c.gamma * (1.0 - terminal) * v_tp1 - v_t
+        adv = gae_advantages(delta, seg, c.gamma, c.gae_lambda)
+        returns = adv + v_t
+        return adv, returns.astype(np.float32)
+
+    def _targets(
+        self, batch: TrainingBatch, v_t: np.ndarray, v_tp1: np.ndarray, logp: paddle.Tensor
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        c = self.config
+        adv, returns = self._gae(batch, v_t, v_tp1)
         adv_used = (adv - adv.mean()) / (adv.std() + 1e-8) if c.normalize_advantages and adv.size > 1 else adv
-        params = self.dist.params(self.model.policy(batch.inputs))  # type: ignore[operator]
-        actions = batch.actions[self.action_name]
-        self.dist.check_actions(actions, params)
-        logp = self.dist.log_prob(params, actions)
-        policy_loss = -(logp * self.tensor("advantage", adv_used.astype(np.float32))).mean()
-        value_loss = (v_t - self.tensor("returns", returns)).square().mean()
-        loss = policy_loss + c.value_coef * value_loss
-        if c.entropy_coef != 0.0:
-            entropy = self.dist.entropy(params).mean()
-            loss = loss - c.entropy_coef * entropy
-        else:
-            with paddle.no_grad():  # reported only
-                entropy = self.dist.entropy(params.detach()).mean()
-        self.apply_gradients(loss, self.adam)
-        self.learn_steps += 1
-        return {
-            "loss": loss.detach(),
-            "policy_loss": policy_loss.detach(),
-            "value_loss": value_loss.detach(),
-            "entropy": entropy.detach(),
-            "advantage": adv,
-        }
+        return adv_used.astype(np.float32), returns, {"advantage": adv}

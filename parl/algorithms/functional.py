@@ -3,7 +3,7 @@ checks of what the algorithms' ``learn`` is given (action indices, importance we
 
 Every function here is tested against hand-computed numbers: ``tests/test_functional.py``, and
 ``n_step_return`` in ``tests/test_dqn_extensions.py``, ``sequence_starts`` and ``unroll_sequences``
-in ``tests/test_recurrent.py``.
+in ``tests/test_recurrent.py``, ``vtrace`` in ``tests/test_vtrace.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ __all__ = [
     "double_q_target",
     "q_target",
     "gae_advantages",
+    "vtrace",
     "n_step_return",
     "sequence_starts",
     "unroll_sequences",
@@ -80,6 +81,99 @@ def gae_advantages(delta_t: np.ndarray, segment_end_t: np.ndarray, gamma: float,
         running = delta[t] + (0.0 if ends[t] else decay * running)
         adv[t] = running
     return np.asarray(adv, dtype=np.float32).reshape(np.shape(delta_t))
+
+
+def vtrace(
+    values: np.ndarray,
+    next_values: np.ndarray,
+    rewards: np.ndarray,
+    discounts: np.ndarray,
+    log_rhos: np.ndarray,
+    segment_end: np.ndarray,
+    lam: float = 1.0,
+    clip_rho_threshold: float | None = 1.0,
+    clip_c_threshold: float | None = 1.0,
+    clip_pg_rho_threshold: float | None = 1.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """V-trace value targets and policy-gradient advantages over rows in time order (Espeholt et al., 2018).
+
+    Row ``t`` holds ``V(x_t)`` (``values``), ``V(x_{t+1})`` (``next_values``),
+    ``r_t``, ``discount_t = gamma * (1 - terminal_tp1)`` and the log importance
+    ratio ``log_rho_t = log pi(a_t | x_t) - log mu(a_t | x_t)`` of the learning
+    policy ``pi`` over the behaviour policy ``mu``. With the truncated ratios
+    ``rho_t = min(clip_rho, exp(log_rho_t))`` and
+    ``c_t = lam * min(clip_c, exp(log_rho_t))``::
+
+        delta_t = rho_t * (r_t + discount_t * V(x_{t+1}) - V(x_t))
+        vs_t - V(x_t) = delta_t + discount_t * c_t * (vs_{t+1} - V(x_{t+1}))
+        pg_advantage_t = min(clip_pg_rho, exp(log_rho_t)) * (r_t + discount_t * vs_{t+1} - V(x_t))
+
+    Rows of several agents may be concatenated, as for :func:`gae_advantages`:
+    the recursion never crosses a row with ``segment_end`` set (nor the last
+    row), where the term after ``delta_t`` is 0 and ``vs_{t+1}`` of the advantage
+    is ``next_values[t]``; elsewhere ``vs_{t+1}`` is the target of the next row.
+    A threshold of None does not clip. On-policy (``log_rhos`` 0) with
+    thresholds of at least 1, ``vs - values`` are the GAE advantages of the
+    same one-step TD errors with ``lam`` as GAE's lambda. One segment, the
+    middle action half as likely under ``pi`` as under ``mu``::
+
+        vs, adv = vtrace([0, 0, 0], [0, 0, 0], [1, 1, 1], [0.5, 0.5, 0.0],
+                         [0.0, np.log(0.5), 0.0], [False, False, True])
+        # vs = [1.375, 0.75, 1.0]: vs_2 = 1, vs_1 = 0.5 * 1 + 0.5 * 0.5 * 1, vs_0 = 1 + 0.5 * 0.75
+        # adv = [1.375, 0.75, 1.0]: adv_1 = 0.5 * (1 + 0.5 * vs_2), adv_0 = 1 + 0.5 * vs_1
+
+    Args:
+        values: ``V(x_t)``, float ``[T]``.
+        next_values: ``V(x_{t+1})``, float ``[T]`` (the bootstrap value at a segment end).
+        rewards: ``r_t``, float ``[T]``.
+        discounts: ``gamma * (1 - terminal_tp1)``, float ``[T]``.
+        log_rhos: ``log pi(a_t | x_t) - log mu(a_t | x_t)``, float ``[T]``.
+        segment_end: bool ``[T]``, True on the last row of each contiguous run.
+        lam: lambda of the traces ``c_t`` (1: the paper's V-trace).
+        clip_rho_threshold: ``rho-bar``, truncates the ratios of the TD errors.
+        clip_c_threshold: ``c-bar``, truncates the ratios of the traces.
+        clip_pg_rho_threshold: truncates the ratios of the policy-gradient advantages.
+
+    Returns:
+        ``(vs, pg_advantages)``, float32 ``[T]``.
+    """
+    arrays = {
+        "values": values,
+        "next_values": next_values,
+        "rewards": rewards,
+        "discounts": discounts,
+        "log_rhos": log_rhos,
+        "segment_end": segment_end,
+    }
+    shapes = {name: np.shape(a) for name, a in arrays.items()}
+    size = shapes["values"][0] if len(shapes["values"]) == 1 else -1
+    if size < 0 or any(shape != (size,) for shape in shapes.values()):
+        got = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
+        raise ValueError(f"vtrace expects six 1-D arrays [T] of one length T (one entry per row), got {got}")
+    v = np.asarray(values, dtype=np.float64)
+    v_next = np.asarray(next_values, dtype=np.float64)
+    discount = np.asarray(discounts, dtype=np.float64)
+    ratio = np.exp(np.asarray(log_rhos, dtype=np.float64))
+    rho = ratio if clip_rho_threshold is None else np.minimum(clip_rho_threshold, ratio)
+    c = lam * (ratio if clip_c_threshold is None else np.minimum(clip_c_threshold, ratio))
+    pg_rho = ratio if clip_pg_rho_threshold is None else np.minimum(clip_pg_rho_threshold, ratio)
+    r = np.asarray(rewards, dtype=np.float64)
+    delta = (rho * (r + discount * v_next - v)).tolist()
+    decay = (discount * c).tolist()
+    ends_t = np.asarray(segment_end).astype(bool)
+    ends_t[-1:] = True  # the last row ends its segment whatever its flag
+    ends = ends_t.tolist()
+    correction = [0.0] * size  # vs_t - V(x_t)
+    running = 0.0
+    # Plain floats: a Python loop over numpy scalars costs several times more per row.
+    for t in range(size - 1, -1, -1):
+        running = delta[t] + (0.0 if ends[t] else decay[t] * running)
+        correction[t] = running
+    vs = v + np.asarray(correction, dtype=np.float64)
+    # vs_{t+1}: the next row's target within a segment, the bootstrap value V(x_{t+1}) at its end.
+    vs_tp1 = np.where(ends_t, v_next, np.append(vs[1:], 0.0))
+    pg_advantages = pg_rho * (r + discount * vs_tp1 - v)
+    return vs.astype(np.float32), pg_advantages.astype(np.float32)
 
 
 def n_step_return(
