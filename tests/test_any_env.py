@@ -20,7 +20,7 @@ OFF_POLICY_QUICK = [*QUICK, "replay.learning_starts=50", "replay.batch_size=32",
 
 
 def test_algorithm_names_and_experiment_names_do_not_collide() -> None:
-    assert set(ALGORITHMS) == {"ppo", "a2c", "dqn", "td3", "ddpg", "sac"}
+    assert set(ALGORITHMS) == {"ppo", "a2c", "impala", "dqn", "td3", "ddpg", "sac"}
     assert not set(ALGORITHMS) & set(EXPERIMENTS)
     for name in ALGORITHMS:
         experiment = resolve_experiment(name)
@@ -35,6 +35,8 @@ def test_algorithm_names_and_experiment_names_do_not_collide() -> None:
         ("ppo", "CartPole-v1", [*QUICK, "sample_interval=32", "manager.num_agents=4"]),
         ("ppo", "Pendulum-v1", [*QUICK, "sample_interval=32", "manager.num_agents=4"]),  # a Gaussian policy
         ("a2c", "CartPole-v1", [*QUICK, "manager.num_agents=4"]),
+        ("impala", "CartPole-v1", [*QUICK, "manager.num_agents=4", "chunks_per_learn=2"]),
+        ("impala", "Pendulum-v1", [*QUICK, "manager.num_agents=2", "chunks_per_learn=1"]),
         ("dqn", "CartPole-v1", [*OFF_POLICY_QUICK, "replay.learn_every=16", "requests_per_learn=1"]),
         ("td3", "Pendulum-v1", [*OFF_POLICY_QUICK, "td3.random_action_samples=100"]),
         ("ddpg", "Pendulum-v1", [*OFF_POLICY_QUICK, "ddpg.random_action_samples=100"]),

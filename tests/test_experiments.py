@@ -33,6 +33,10 @@ LEARN_EARLY = {
         "--set=replay.learning_starts=32", "--set=replay.batch_size=32", "--set=requests_per_learn=1",
     ],
     "minatar_breakout_ppo": ["--set=manager.num_agents=4", "--set=sample_interval=16"],
+    "pong_impala": [
+        "--set=manager.num_agents=4", "--set=chunks_per_learn=2", "--set=sample_interval=8",
+        "--set=manager.runtime=threads", "--set=predict_in_workers=false",
+    ],
     "halfcheetah_sac": [
         "--set=replay.learning_starts=32", "--set=replay.batch_size=32", "--set=sac.random_action_samples=64",
     ],

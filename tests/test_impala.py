@@ -7,6 +7,7 @@ import math
 import re
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -284,3 +285,18 @@ def test_cartpole_learns_above_random_on_a_small_budget() -> None:
     task = manager.tasks["RL"]
     score = float(parl.evaluate_greedy(task, lambda: gym.make("CartPole-v1"), 5, seed=0).mean())
     assert score > 75.0, (score, time.perf_counter() - start)
+
+
+@pytest.mark.timeout(120)
+def test_impala_learns_on_rows_of_lagging_replicas_from_the_any_env_path(tmp_path: Path) -> None:
+    # 4 agents on 2 worker processes, each acting on its replica, synced every 2 learning calls
+    overrides = [
+        "train.progress=false", "train.eval_every=0", "train.checkpoint_every=0", "train.tensorboard=false",
+        "manager.num_agents=4", "manager.runtime=processes", "manager.num_workers=2",
+        "manager.replica_sync_every=2", "predict_in_workers=true", "chunks_per_learn=2", "sample_interval=16",
+    ]  # fmt: skip
+    summary = parl.train("impala", "CartPole-v1", max_steps=2_000, run_dir=str(tmp_path / "run"), overrides=overrides)
+    assert summary.report.training_stats["RL"].calls >= 10
+    metrics = summary.report.last_metrics["RL"]
+    assert 0 <= metrics["policy_lag_mean"] <= metrics["policy_lag_max"]
+    assert np.isfinite(metrics["loss"])

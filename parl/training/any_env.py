@@ -10,7 +10,7 @@ The experiments behind ``parl train <algorithm> --env ID`` and :func:`train`; na
     summary.solved, summary.best_eval
 
 Each run is ``manager.num_agents`` :class:`~parl.agents.GymAgent`\\ s on ``env_id`` feeding one batched task
-whose model is built from the env's spaces (:mod:`parl.models`). On-policy algorithms (PPO, A2C) collect
+whose model is built from the env's spaces (:mod:`parl.models`). On-policy algorithms (PPO, A2C, IMPALA) collect
 ``sample_interval`` steps per agent per learning call; off-policy ones (DQN, TD3, DDPG, SAC) keep one
 replay buffer per agent (``replay``, sizes per agent) and learn on every agent's requests. ``seed`` seeds
 the parameters, the algorithm's sampling and the agents' envs. Unless ``train.stop_value`` is set, a
@@ -33,6 +33,7 @@ from parl.agents import GymAgent
 from parl.algorithms.a2c import A2C, A2CConfig
 from parl.algorithms.ddpg import DDPG, DDPGConfig
 from parl.algorithms.dqn import DQN, DQNConfig
+from parl.algorithms.impala import IMPALA, IMPALAConfig
 from parl.algorithms.ppo import PPO, PPOConfig
 from parl.algorithms.sac import SAC, SACConfig
 from parl.algorithms.td3 import TD3, TD3Config
@@ -62,6 +63,8 @@ __all__ = [
     "A2C_ANY_ENV",
     "DDPG_ANY_ENV",
     "DQN_ANY_ENV",
+    "IMPALA_ANY_ENV",
+    "IMPALARunConfig",
     "PPO_ANY_ENV",
     "SAC_ANY_ENV",
     "TD3_ANY_ENV",
@@ -96,6 +99,9 @@ class _RunConfig:
     """Seeds the initial parameters, the algorithm's sampling and exploration, and the agents' envs."""
     stop_at_reward_threshold: bool = True
     """When ``train.stop_value`` is None, stop at the env's registered ``reward_threshold`` (if it has one)."""
+    predict_in_workers: bool = False
+    """Processes and Ray runtimes: each worker acts with its own replica of the task, sent the learner's
+    parameters every ``manager.replica_sync_every`` learning calls (its rows then lag; IMPALA corrects for it)."""
 
     def __post_init__(self) -> None:
         check_config(self)
@@ -131,6 +137,23 @@ class A2CRunConfig(OnPolicyRunConfig):
     """Steps each agent collects per learning call (SB3's ``n_steps``)."""
     a2c: A2CConfig = field(default_factory=lambda: A2CConfig(lr=7e-4, gae_lambda=1.0, entropy_coef=0.0))
     """A2C settings."""
+
+
+@dataclass
+class IMPALARunConfig(OnPolicyRunConfig):
+    """IMPALA on any env: 16 agents send 20-step chunks; a learning call takes 8 agents' chunks, so the other
+    agents act while it learns, and V-trace corrects for the policy lag of their rows."""
+
+    train: TrainConfig = field(default_factory=lambda: _train_config("impala", 1_000_000))
+    """How the run is driven, logged, evaluated and checkpointed."""
+    manager: ManagerConfig = field(default_factory=lambda: ManagerConfig(num_agents=16))
+    """Agents and runtime (``manager.seed`` is replaced by ``seed``)."""
+    sample_interval: Annotated[int, Ge(1)] = 20
+    """Steps each agent collects per chunk (the paper's unroll length)."""
+    chunks_per_learn: Annotated[int, Ge(1)] = 8
+    """Agents' chunks per learning call (at most ``manager.num_agents``)."""
+    impala: IMPALAConfig = field(default_factory=IMPALAConfig)
+    """IMPALA settings (``impala.seed`` is replaced by ``seed``)."""
 
 
 def _replay(capacity: int, batch_size: int, learning_starts: int, learn_every: int, n_step: int = 1) -> Any:
@@ -233,6 +256,8 @@ def _algorithm(config: Any, observation: gym.Space, action: gym.Space) -> Algori
         return PPO(model, dataclasses.replace(config.ppo, seed=seed))
     if isinstance(config, A2CRunConfig):
         return A2C(lambda: ActorCriticModel(observation, action, net), config.a2c)
+    if isinstance(config, IMPALARunConfig):
+        return IMPALA(lambda: ActorCriticModel(observation, action, net), dataclasses.replace(config.impala, seed=seed))
     if isinstance(config, DQNRunConfig):
         return DQN(lambda: QNetworkModel(observation, action, net), dataclasses.replace(config.dqn, seed=seed))
     if isinstance(config, TD3RunConfig):
@@ -269,12 +294,20 @@ def build(config: OnPolicyRunConfig | OffPolicyRunConfig) -> Manager:
     n = config.manager.num_agents
     task: TaskConfig
     if isinstance(config, OnPolicyRunConfig):
+        chunks = config.chunks_per_learn if isinstance(config, IMPALARunConfig) else n
+        if chunks > n:  # checked here, after every override: --set applies them one by one
+            raise ValueError(
+                f"chunks_per_learn ({chunks}) must be at most manager.num_agents ({n}): a learning call would "
+                "wait for chunks no agent sends"
+            )
         task = TaskConfig(
             "RL",
             algorithm=algorithm,
             helper=OnPolicyHelper,
             helper_config=OnPolicyConfig(sample_interval=config.sample_interval),
-            wrapper=WrapperConfig(min_train_batch_size=n * config.sample_interval),
+            wrapper=WrapperConfig(
+                min_train_batch_size=chunks * config.sample_interval, predict_in_workers=config.predict_in_workers
+            ),
         )
     else:
         rows = config.requests_per_learn * config.replay.batch_size
@@ -283,7 +316,12 @@ def build(config: OnPolicyRunConfig | OffPolicyRunConfig) -> Manager:
             algorithm=algorithm,
             helper=SeededReplayHelper(seed),
             helper_config=config.replay,
-            wrapper=WrapperConfig(min_train_batch_size=rows, max_train_batch_size=rows, train_max_wait_s=0.002),
+            wrapper=WrapperConfig(
+                min_train_batch_size=rows,
+                max_train_batch_size=rows,
+                train_max_wait_s=0.002,
+                predict_in_workers=config.predict_in_workers,
+            ),
         )
     manager_config = dataclasses.replace(config.manager, seed=seed * 1_000)
     return Manager([task], GymAgent, lambda i: make_env(env_id), manager_config)
@@ -362,6 +400,9 @@ def named_experiment(name: str, config_class: type, description: str) -> Experim
 
 PPO_ANY_ENV = _experiment("ppo", PPORunConfig, "PPO on any env (--env ID): Discrete, MultiDiscrete or Box actions")
 A2C_ANY_ENV = _experiment("a2c", A2CRunConfig, "A2C on any env (--env ID): Discrete, MultiDiscrete or Box actions")
+IMPALA_ANY_ENV = _experiment(
+    "impala", IMPALARunConfig, "IMPALA (V-trace) on any env (--env ID): Discrete, MultiDiscrete or Box actions"
+)
 DQN_ANY_ENV = _experiment("dqn", DQNRunConfig, "DQN on any env with Discrete actions (--env ID)")
 TD3_ANY_ENV = _experiment("td3", TD3RunConfig, "TD3 on any env with Box actions (--env ID)")
 DDPG_ANY_ENV = _experiment("ddpg", DDPGRunConfig, "DDPG on any env with Box actions (--env ID)")
@@ -375,9 +416,9 @@ def train(
     run_dir: str | None = None,
     overrides: Sequence[str] = (),
 ) -> TrainSummary:
-    """Train ``algorithm`` (``"ppo"``, ``"a2c"``, ``"dqn"``, ``"td3"``, ``"ddpg"``, ``"sac"``) on ``env_id`` with
-    its defaults and the values tuned for that env (:data:`TUNED`), as ``parl train <algorithm> --env <env_id>``
-    does; ``overrides`` are ``--set`` strings."""
+    """Train ``algorithm`` (``"ppo"``, ``"a2c"``, ``"impala"``, ``"dqn"``, ``"td3"``, ``"ddpg"``, ``"sac"``) on
+    ``env_id`` with its defaults and the values tuned for that env (:data:`TUNED`), as ``parl train <algorithm>
+    --env <env_id>`` does; ``overrides`` are ``--set`` strings."""
     experiment = resolve_experiment(algorithm)
     config = apply_overrides(experiment.for_env(experiment.default_config(), env_id), overrides)
     train_config = config.train

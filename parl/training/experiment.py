@@ -82,6 +82,7 @@ class Experiment:
 ALGORITHMS: dict[str, str] = {
     "ppo": "parl.training.any_env:PPO_ANY_ENV",
     "a2c": "parl.training.any_env:A2C_ANY_ENV",
+    "impala": "parl.training.any_env:IMPALA_ANY_ENV",
     "dqn": "parl.training.any_env:DQN_ANY_ENV",
     "td3": "parl.training.any_env:TD3_ANY_ENV",
     "ddpg": "parl.training.any_env:DDPG_ANY_ENV",
@@ -101,6 +102,7 @@ EXPERIMENTS: dict[str, str] = {
     "cartpole_recurrent": "parl.examples.cartpole_recurrent.experiment:RECURRENT_EXPERIMENT",
     "minatar_breakout_dqn": "parl.examples.minatar.experiment:MINATAR_BREAKOUT_DQN",
     "minatar_breakout_ppo": "parl.examples.minatar.experiment:MINATAR_BREAKOUT_PPO",
+    "pong_impala": "parl.examples.atari.experiment:PONG_IMPALA",
     "halfcheetah_sac": "parl.examples.mujoco.experiment:HALFCHEETAH_SAC",
     "hopper_td3": "parl.examples.mujoco.experiment:HOPPER_TD3",
 }
