@@ -41,7 +41,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[test,plot,bench]"
+	$(PY) -m pip install --quiet -e ".[test,plot,bench,box2d,atari,minatar,mujoco]"
 	touch $(BENCH_STAMP)
 
 bench: $(TEST_STAMP)
@@ -56,6 +56,14 @@ LEARNING_ARGS ?=
 
 bench-learning: $(BENCH_STAMP)
 	$(PY) -m benchmarks.learning $(LEARNING_ARGS)
+
+# Return at a fixed budget and wall time on MinAtar and MuJoCo, `parl train` against SB3 (about an hour per
+# problem; resumes per problem, library and seed): make bench-budget BUDGET_ARGS="--problems halfcheetah_sac".
+BUDGET_ARGS ?=
+
+.PHONY: bench-budget
+bench-budget: $(BENCH_STAMP)
+	$(PY) -m benchmarks.budget $(BUDGET_ARGS)
 
 # Processes and Ray at P = 1 and 2 (acting, and CartPole PPO learning), and a cost model fitted from P = 1
 # that predicts P = 2 and 16 and 64 cores (about 5 minutes; the test extras install Ray).
