@@ -149,3 +149,17 @@ def test_minatar_trains_from_the_any_env_path(algorithm: str, overrides: list[st
     assert summary.report.training_stats["RL"].calls >= 1
     config = json.loads((run / "config.json").read_text())["config"]
     assert config["net"]["hidden"] == [] and config["net"]["activation"] == "relu"  # the image defaults
+
+
+@pytest.mark.timeout(240)
+def test_dqn_on_atari_stores_each_frame_once_from_the_any_env_path(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    overrides = [
+        *QUICK, "manager.num_agents=2", "replay.learning_starts=64", "replay.batch_size=32", "replay.learn_every=32",
+        "requests_per_learn=1", "replay.capacity=200",
+    ]  # fmt: skip
+    summary = parl.train("dqn", "ALE/Pong-v5", max_steps=300, run_dir=str(run), overrides=overrides)
+    assert summary.report.training_stats["RL"].calls >= 1
+    config = json.loads((run / "config.json").read_text())["config"]
+    assert config["replay"]["frame_stacks"] == ["obs"] and config["replay"]["n_step"] == 1
+    assert config["train"]["helper_states"] == "latest"

@@ -158,8 +158,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         beta0: float = 0.4,
         beta_steps: int = 100_000,
         eps: float = 1e-6,
+        frame_stacks: Sequence[str] = (),
     ) -> None:
-        super().__init__(capacity, input_specs, action_specs, reward_specs, state_specs, extra_specs, name)
+        super().__init__(
+            capacity, input_specs, action_specs, reward_specs, state_specs, extra_specs, name, frame_stacks=frame_stacks
+        )
         if alpha < 0:
             raise ValueError(f"{name}: alpha must be >= 0, got {alpha}")
         if not 0.0 <= beta0 <= 1.0:

@@ -70,6 +70,12 @@ class ExpReplayConfig:
     """Prioritized replay: added to ``|td_error|`` so that no transition gets priority 0."""
     priority_key: str = "td_error"
     """Prioritized replay: the per-sample learn output used as the new priority (its absolute value)."""
+    frame_stacks: tuple[str, ...] = ()
+    """Input fields whose observations are frame stacks, stored one frame per row (e.g. ``("obs",)`` on Atari):
+    stacks of shape ``(S, *frame)``, stack axis first and newest frame last, each next observation the
+    observation moved by one frame, as gymnasium's ``FrameStackObservation`` makes them (a field that is not is
+    refused at its first store). Both stacks of a row are rebuilt when sampled: an Atari row takes 7 KB instead
+    of 56 KB, 1M rows 7.1 GB instead of 56.5 GB. Needs ``n_step=1``."""
 
     config_rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -82,6 +88,12 @@ class ExpReplayConfig:
             "e.g. ExpReplayConfig(n_step=3, gamma=0.99)",
         ),
         Rule(lambda c: c.batch_size <= c.capacity, "{batch_size} must be <= {capacity}"),
+        Rule(
+            lambda c: c.n_step == 1 or not c.frame_stacks,
+            "{frame_stacks} needs one-step rows, whose next observation is the observation moved by one frame, "
+            "but {n_step} stores rows whose next inputs are n steps later; set n_step=1, or frame_stacks=() to "
+            "store both stacks of each row in full",
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -126,9 +138,10 @@ class ExpReplayHelper(AgentHelper):
                 beta0=c.beta0,
                 beta_steps=c.beta_steps,
                 eps=c.priority_eps,
+                frame_stacks=c.frame_stacks,
             )
         else:
-            self.buffer = ReplayBuffer(c.capacity, *specs, name=buffer_name)
+            self.buffer = ReplayBuffer(c.capacity, *specs, name=buffer_name, frame_stacks=c.frame_stacks)
         seed = c.seed if c.seed is not None else 10_007 * (self.agent_id + 1)
         self.rng = np.random.default_rng(seed)
         self._since_learn = 0
