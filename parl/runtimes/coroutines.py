@@ -141,8 +141,9 @@ class Hub:
         return self._sinks[wrapper].requests
 
     def start(self, control: RunControl) -> None:
-        self.thread = threading.Thread(target=self._run, args=(control,), name=f"parl-hub-{self.index}", daemon=True)
-        self.thread.start()
+        thread = threading.Thread(target=self._run, args=(control,), name=f"parl-hub-{self.index}", daemon=True)
+        thread.start()
+        self.thread = thread  # set once started: a stop() from another thread joins only a started thread
 
     def _run(self, control: RunControl) -> None:
         self.thread_id = threading.get_ident()

@@ -27,6 +27,9 @@ class ThreadRuntime(LocalRuntime):
     def __init__(self) -> None:
         super().__init__()
         self._threads: list[threading.Thread] = []
+        # stop() from another thread waits for launch() to have started every agent's thread (a thread
+        # cannot be joined before it starts, and one started after the joins would be left running).
+        self._launching = threading.Lock()
 
     def communicator(self, wrapper: ComputationWrapper, agent_id: int) -> Communicator:
         return wrapper.create_communicator(agent_id, ThreadReturnQueue)
@@ -34,18 +37,21 @@ class ThreadRuntime(LocalRuntime):
     def launch(self, wrappers: list[ComputationWrapper], control: RunControl) -> None:
         for wrapper in wrappers:
             wrapper.start()
-        for slot in self.slots:
-            t = threading.Thread(
-                target=run_agent_loop, args=(slot, control), name=f"parl-agent-{slot.agent_id}", daemon=True
-            )
-            self._threads.append(t)
-            t.start()
+        with self._launching:
+            for slot in self.slots:
+                t = threading.Thread(
+                    target=run_agent_loop, args=(slot, control), name=f"parl-agent-{slot.agent_id}", daemon=True
+                )
+                t.start()
+                self._threads.append(t)
 
     def alive(self) -> bool:
         return any(t.is_alive() for t in self._threads)
 
     def stop(self, timeout: float) -> list[str]:
         deadline = time.monotonic() + timeout
-        for t in self._threads:
+        with self._launching:
+            threads = list(self._threads)
+        for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
         return [t.name for t in self._threads if t.is_alive()]
