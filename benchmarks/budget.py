@@ -1,10 +1,13 @@
 """Budget benchmark: return at a fixed step budget and wall time, ``parl train <experiment>`` against SB3.
 
 For the pixel and physics problems, where "time to solve" has no threshold a short run reaches: both sides
-train for the same number of env steps, the policy is evaluated greedily every ``budget / EVALS`` steps (the
-learning curve, identical cadence and episode seeds on both sides), and the last policy is scored on
-``FINAL_EPISODES`` other episodes. Wall time runs from building the learner to the end of training and
-includes the evaluations on both sides.
+train for the same number of env steps under the same wall-time cap, the policy is evaluated greedily at the
+first step count at or past each multiple of ``budget / EVALS`` (the learning curve; episode seeds 10,000 plus
+that step count on both sides, as the Trainer seeds them), and the last policy is scored on ``FINAL_EPISODES``
+other episodes. Wall time runs from building the learner to the end of training and includes the evaluations
+on both sides; parl writes no checkpoint of its helpers (``train.helper_states=none``; SB3 saves nothing). A
+run cut short by the cap, or one that failed, counts as the cap in the median time and fails its side's
+time target.
 
 parl trains through what ``parl train <experiment>`` builds with the shipped defaults (the named experiments
 of :mod:`parl.examples.minatar` and :mod:`parl.examples.mujoco`); the benchmark sets only its protocol's
@@ -46,7 +49,7 @@ EVALS = 10
 """Evaluations over a run's budget (the learning curve's points)."""
 EVAL_EPISODES = 10
 FINAL_EPISODES = 10
-EVAL_SEED, FINAL_SEED = 10_000, 50_000
+EVAL_SEED, FINAL_SEED = 10_000, 50_000  # EVAL_SEED: the Trainer's first evaluation seed (Trainer._evaluate)
 FORMAT = 1
 QUICK_STEPS = 2_000
 _ROOT = Path(__file__).resolve().parents[1]
@@ -134,10 +137,13 @@ def _cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def protocol_overrides(budget: int, evals: int) -> list[str]:
-    """What the benchmark changes in ``parl train``'s defaults: the budget and the evaluation, nothing learnt."""
+def protocol_overrides(budget: int, evals: int, cap_s: float) -> list[str]:
+    """What the benchmark changes in ``parl train``'s defaults: the budget, the cap, the evaluation, no helper
+    states in the checkpoint; nothing the learner learns with."""
     return [
         f"train.max_steps={budget}",
+        f"train.max_seconds={cap_s}",
+        "train.helper_states=none",
         f"train.eval_every={budget // evals}",
         f"train.eval_episodes={EVAL_EPISODES}",
         "stop_at_reward_threshold=false",
@@ -168,7 +174,7 @@ def run_parl(problem: BudgetProblem, seed: int, budget: int, evals: int) -> Budg
 
     experiment = resolve_experiment(problem.experiment)
     default = experiment.default_config()
-    changed = protocol_overrides(budget, evals)
+    changed = protocol_overrides(budget, evals, problem.cap_s)
     config = apply_overrides(default, [*changed, *seed_overrides(default, seed)])
     with tempfile.TemporaryDirectory(prefix="parl-budget-") as run_dir:
         config = experiment.prepared(
@@ -246,7 +252,7 @@ def run_sb3(problem: BudgetProblem, seed: int, budget: int, evals: int) -> Budge
     points: list[tuple[int, float, float]] = []
 
     def evaluate(episodes: int, first_seed: int) -> float:
-        return float(np.mean(sb3_evaluate(model, one_env, episodes, first_seed)))
+        return float(np.mean(sb3_evaluate(model, lambda: make_env(env_id, evaluation=True), episodes, first_seed)))
 
     class Curve(BaseCallback):
         def _on_step(self) -> bool:
@@ -285,6 +291,8 @@ def run_isolated(problem: BudgetProblem, library: str, seed: int, quick: int) ->
                          f"exit {proc.returncode}: {tail}", date)  # fmt: skip
     run = from_record(json.loads(lines[-1][len("RESULT ") :]))
     run.quick, run.date = bool(quick), date
+    if run.steps < budget:
+        run.note = f"cut short by the {problem.cap_s:g} s cap at {run.steps:,} of {budget:,} steps"
     return run
 
 
@@ -317,12 +325,20 @@ def runs_of(results: dict[str, Any], problem: str, library: str) -> list[BudgetR
     return [from_record(by_seed[s]) for s in sorted(by_seed, key=int)]
 
 
-def summarize(runs: list[BudgetRun]) -> dict[str, Any]:
+def complete(run: BudgetRun) -> bool:
+    """Whether ``run`` trained its whole budget and was scored."""
+    return run.steps >= run.budget and np.isfinite(run.final_return)
+
+
+def summarize(runs: list[BudgetRun], cap_s: float) -> dict[str, Any]:
+    """Median wall time (a run cut short or failed counts as ``cap_s``), final returns of the scored runs."""
     done = [r for r in runs if np.isfinite(r.final_return)]
     finals = [r.final_return for r in done]
+    seconds = [r.seconds if complete(r) else cap_s for r in runs]
     return {
         "runs": len(runs),
-        "median_seconds": statistics.median([r.seconds for r in done]) if done else None,
+        "incomplete": sum(1 for r in runs if not complete(r)),
+        "median_seconds": statistics.median(seconds) if seconds else None,
         "mean_final": statistics.fmean(finals) if finals else None,
         "min_final": min(finals) if finals else None,
         "max_final": max(finals) if finals else None,
@@ -336,6 +352,10 @@ def verdict(problem: BudgetProblem, parl: dict[str, Any], sb3: dict[str, Any]) -
         return None, "not measured", "not measured"
     ratio = parl["median_seconds"] / sb3["median_seconds"]
     time_status = "met" if ratio <= problem.time_target else "missed"
+    if parl["incomplete"]:
+        time_status = f"missed ({parl['incomplete']} of {parl['runs']} runs cut short or failed)"
+    if parl["mean_final"] is None or sb3["min_final"] is None:
+        return ratio, time_status, "not measured"
     spread = (sb3["min_final"], sb3["max_final"])
     mean = parl["mean_final"]
     if mean >= spread[0]:
@@ -401,7 +421,8 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for name in shown:
         prob = PROBLEMS[name]
-        parl_s, sb3_s = summarize(runs_of(results, name, "parl")), summarize(runs_of(results, name, "sb3"))
+        parl_s = summarize(runs_of(results, name, "parl"), prob.cap_s)
+        sb3_s = summarize(runs_of(results, name, "sb3"), prob.cap_s)
         ratio, time_status, return_status = verdict(prob, parl_s, sb3_s)
         for library, s in (("parl", parl_s), ("SB3", sb3_s)):
             if not s["runs"]:
@@ -413,9 +434,14 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_fmt(s['median_cpu_use'], 2)} | {_fmt(s['mean_final'])} ({_fmt(s['min_final'])}.."
                 f"{_fmt(s['max_final'])}) | {tail}"
             )
+    notes = [f"{r.problem} {r.library} seed {r.seed}: {r.note}" for n in shown for lib in ("parl", "sb3")
+             for r in runs_of(results, n, lib) if r.note]  # fmt: skip
+    if notes:
+        lines += ["", "Runs cut short or failed (counted as the cap in the median time):", ""]
+        lines += [f"- {note}" for note in notes]
     lines += ["", "SB3's settings per problem (parl's are the named experiment's defaults, `parl train NAME "
               "--show-config`); parl's protocol values: " + ", ".join(f"`{o}`" for o in
-              protocol_overrides(0, EVALS)[2:]) + " and the budget:", "",
+              protocol_overrides(0, EVALS, 0.0)[3:]) + " and the budget:", "",
               "| problem | SB3 |", "|---|---|"]  # fmt: skip
     for name in shown:
         settings = ", ".join(f"{k}={v}" for k, v in PROBLEMS[name].sb3.items())

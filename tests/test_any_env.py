@@ -97,6 +97,21 @@ def test_an_algorithm_on_an_env_it_cannot_act_in_says_why(algorithm: str, env_id
         experiment.build(config)
 
 
+def test_an_on_policy_learning_call_takes_exactly_chunks_per_learn_chunks() -> None:
+    experiment = resolve_experiment("impala")
+    config = parl.training.overrides.apply_overrides(
+        experiment.default_config(), ["manager.num_agents=6", "chunks_per_learn=4", "sample_interval=10"]
+    )
+    wrapper = experiment.build(config).task_configs[0].wrapper
+    assert wrapper.min_train_batch_size == wrapper.max_train_batch_size == 40
+    ppo = resolve_experiment("ppo")
+    config = parl.training.overrides.apply_overrides(ppo.default_config(), ["manager.num_agents=3"])
+    assert config.chunks_per_learn is None  # every agent's chunk
+    too_many = parl.training.overrides.apply_overrides(config, ["chunks_per_learn=4"])
+    with pytest.raises(ValueError, match=r"chunks_per_learn \(4\) must be at most manager.num_agents \(3\)"):
+        ppo.build(too_many)
+
+
 def test_dqn_refuses_an_n_step_discount_unlike_its_gamma() -> None:
     experiment = resolve_experiment("dqn")
     config = parl.training.overrides.apply_overrides(experiment.default_config(), ["dqn.gamma=0.95"])

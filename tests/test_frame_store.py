@@ -175,6 +175,19 @@ def test_batches_added_with_add_match_rows_added_one_by_one() -> None:
         start += n
 
 
+def test_an_empty_batch_adds_nothing() -> None:
+    rows = episode_rows(np.random.default_rng(4), [3])
+    empty = as_batch(rows)
+    empty = TrainingBatch(
+        {k: v[:0] for k, v in empty.inputs.items()}, {k: v[:0] for k, v in empty.actions.items()},
+        {k: v[:0] for k, v in empty.rewards.items()}, {k: v[:0] for k, v in empty.next_inputs.items()},
+        empty.terminal[:0],
+    )  # fmt: skip
+    buf, plain = buffers(8)
+    assert buf.add(empty).tolist() == plain.add(empty).tolist() == []
+    assert len(buf) == 0
+
+
 def test_gather_and_sample_match_a_plain_buffer() -> None:
     rng = np.random.default_rng(4)
     buf, plain = buffers(50)

@@ -52,6 +52,21 @@ def test_atari_ids_get_the_nature_papers_wrapper_stack() -> None:
     assert not np.array_equal(obs[0], obs[3])
 
 
+def _wrappers(env: gym.Env) -> list[type]:
+    found = []
+    while isinstance(env, gym.Wrapper):
+        found.append(type(env))
+        env = env.env
+    return found
+
+
+def test_atari_training_envs_clip_rewards_to_their_sign_and_evaluation_envs_keep_the_score() -> None:
+    assert gym.wrappers.TransformReward in _wrappers(make_env("ALE/Pong-v5"))
+    assert gym.wrappers.TransformReward not in _wrappers(make_env("ALE/Pong-v5", evaluation=True))
+    clip = make_env("ALE/Pong-v5").env  # under the frame stack
+    assert [clip.func(r) for r in (-7.0, 0.0, 0.5, 4.0)] == [-1.0, 0.0, 1.0, 1.0]  # type: ignore[attr-defined]
+
+
 def test_a_missing_extra_names_the_one_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gym, "registry", {})  # nothing registered yet
     monkeypatch.setitem(sys.modules, "minatar.gym", None)  # importing it raises ImportError
@@ -76,6 +91,11 @@ def test_the_cnn_follows_the_frame_size_and_the_channel_axis() -> None:
     assert small(x).shape == [3, 128]
     frames = paddle.to_tensor(np.zeros((2, 84, 84, 4), np.uint8))
     assert make_encoder(channels_last)(frames).shape == [2, 512]
+
+
+def test_frames_too_small_for_a_cnn_are_refused_with_the_way_out() -> None:
+    with pytest.raises(ValueError, match="too small for the built-in CNNs .* register an encoder"):
+        make_encoder(gym.spaces.Box(0, 255, (2, 2, 3), np.uint8))
 
 
 def test_uint8_frames_are_scaled_to_zero_one_inside_the_encoder() -> None:
@@ -151,6 +171,16 @@ def test_minatar_trains_from_the_any_env_path(algorithm: str, overrides: list[st
     assert config["net"]["hidden"] == [] and config["net"]["activation"] == "relu"  # the image defaults
 
 
+def test_frame_stack_defaults_need_stacked_images() -> None:
+    from parl.training.experiment import resolve_experiment
+
+    dqn = resolve_experiment("dqn")
+    assert dqn.for_env(dqn.default_config(), "ALE/Pong-v5").replay.frame_stacks == ("obs",)
+    assert dqn.for_env(dqn.default_config(), "MinAtar/Breakout-v1").replay.frame_stacks == ()  # not a stack
+    ppo = resolve_experiment("ppo")
+    assert not hasattr(ppo.for_env(ppo.default_config(), "ALE/Pong-v5"), "replay")
+
+
 @pytest.mark.timeout(240)
 def test_dqn_on_atari_stores_each_frame_once_from_the_any_env_path(tmp_path: Path) -> None:
     run = tmp_path / "run"
@@ -163,3 +193,29 @@ def test_dqn_on_atari_stores_each_frame_once_from_the_any_env_path(tmp_path: Pat
     config = json.loads((run / "config.json").read_text())["config"]
     assert config["replay"]["frame_stacks"] == ["obs"] and config["replay"]["n_step"] == 1
     assert config["train"]["helper_states"] == "latest"
+
+
+def _random_return(env_id: str, episodes: int, seed: int) -> float:
+    env = make_env(env_id)
+    env.action_space.seed(seed)
+    total = 0.0
+    for i in range(episodes):
+        env.reset(seed=seed + i)
+        done = False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += float(reward)
+            done = terminated or truncated
+    return total / episodes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_impala_learns_minatar_breakout_above_random(tmp_path: Path) -> None:
+    overrides = ["train.progress=false", "train.tensorboard=false", "train.eval_every=50000"]
+    summary = parl.train("impala", "MinAtar/Breakout-v1", max_steps=150_000, run_dir=str(tmp_path), overrides=overrides)
+    random_play = _random_return("MinAtar/Breakout-v1", 20, seed=1_000)
+    assert summary.best_eval is not None and summary.best_eval > 3 * max(random_play, 0.5), (
+        summary.best_eval,
+        random_play,
+    )

@@ -360,8 +360,11 @@ class ReplayBuffer:
         return obs, next_obs
 
     def _check_shifted(self, field: str, obs: np.ndarray, next_obs: np.ndarray) -> None:
-        """Refuse rows of a batch whose next observation of ``field`` is not the observation moved by one frame."""
+        """Refuse rows of a batch whose next observation of ``field`` is not the observation moved by one frame
+        (checked for the whole batch before :meth:`add` writes a row, so that a bad batch writes none)."""
         n = obs.shape[0]
+        if n == 0:
+            return
         a = np.ascontiguousarray(next_obs[:, :-1]).reshape(n, -1).view(np.uint8)
         b = np.ascontiguousarray(obs[:, 1:]).reshape(n, -1).view(np.uint8)
         bad = np.flatnonzero((a != b).any(axis=1))

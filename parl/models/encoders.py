@@ -72,6 +72,11 @@ def make_encoder(space: gym.Space) -> paddle.nn.Layer:
     if is_image_space(space):
         channels_first = space.shape[0] < space.shape[-1]  # type: ignore[index]
         side = min(space.shape[1:] if channels_first else space.shape[:2])  # type: ignore[index]
+        if side < 3:
+            raise ValueError(
+                f"observations {space} are images of {side} pixel(s) a side, too small for the built-in CNNs (3 at "
+                "least); register an encoder with parl.models.register_encoder"
+            )
         return NatureCNN(channels_first) if side >= NatureCNN.MIN_SIDE else MinAtarCNN(channels_first)
     if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
         return Flatten()

@@ -114,6 +114,9 @@ class OnPolicyRunConfig(_RunConfig):
 
     sample_interval: Annotated[int, Ge(1)] = 256
     """Steps each agent collects per learning call (RL-Zoo's ``n_steps``)."""
+    chunks_per_learn: Annotated[int, Ge(1)] | None = None
+    """Agents' chunks per learning call, at most ``manager.num_agents`` (None: every agent's); with fewer, the
+    other agents act while it learns (IMPALA)."""
 
 
 @dataclass
@@ -151,8 +154,9 @@ class IMPALARunConfig(OnPolicyRunConfig):
     """Agents and runtime (``manager.seed`` is replaced by ``seed``)."""
     sample_interval: Annotated[int, Ge(1)] = 20
     """Steps each agent collects per chunk (the paper's unroll length)."""
-    chunks_per_learn: Annotated[int, Ge(1)] = 8
-    """Agents' chunks per learning call (at most ``manager.num_agents``)."""
+    chunks_per_learn: Annotated[int, Ge(1)] | None = 8
+    """Agents' chunks per learning call, at most ``manager.num_agents`` (None: every agent's); the other agents
+    act while it learns."""
     impala: IMPALAConfig = field(default_factory=IMPALAConfig)
     """IMPALA settings (``impala.seed`` is replaced by ``seed``)."""
 
@@ -295,7 +299,7 @@ def build(config: OnPolicyRunConfig | OffPolicyRunConfig) -> Manager:
     n = config.manager.num_agents
     task: TaskConfig
     if isinstance(config, OnPolicyRunConfig):
-        chunks = config.chunks_per_learn if isinstance(config, IMPALARunConfig) else n
+        chunks = config.chunks_per_learn if config.chunks_per_learn is not None else n
         if chunks > n:  # checked here, after every override: --set applies them one by one
             raise ValueError(
                 f"chunks_per_learn ({chunks}) must be at most manager.num_agents ({n}): a learning call would "
@@ -307,7 +311,9 @@ def build(config: OnPolicyRunConfig | OffPolicyRunConfig) -> Manager:
             helper=OnPolicyHelper,
             helper_config=OnPolicyConfig(sample_interval=config.sample_interval),
             wrapper=WrapperConfig(
-                min_train_batch_size=chunks * config.sample_interval, predict_in_workers=config.predict_in_workers
+                min_train_batch_size=chunks * config.sample_interval,
+                max_train_batch_size=chunks * config.sample_interval,
+                predict_in_workers=config.predict_in_workers,
             ),
         )
     else:
@@ -350,9 +356,9 @@ def prepare(config: Any) -> Any:
 
 
 def eval_env(config: Any) -> Callable[[], gym.Env]:
-    """A factory of evaluation envs: the training env."""
+    """A factory of evaluation envs: the training env, with the game's own rewards (Atari: unclipped)."""
     env_id = config.env_id
-    return lambda: make_env(env_id)
+    return lambda: make_env(env_id, evaluation=True)
 
 
 TUNED: dict[tuple[str, str], tuple[str, ...]] = {
@@ -379,9 +385,26 @@ the CNN's dense features directly (:mod:`parl.models.encoders`), as the Nature D
 only the latest checkpoint keeps the replay buffers (frames are large)."""
 
 
-FRAME_STACK_DEFAULTS: tuple[str, ...] = ("replay.n_step=1", "replay.frame_stacks=[obs]")
-"""Applied by ``--env ID`` to DQN when the env stacks frames (``ALE/`` ids): one-step rows, each frame stored once
-in the replay memory (``ExpReplayConfig.frame_stacks``: 1M Atari transitions in 7.1 GB instead of 56.5 GB)."""
+FRAME_STACK_DEFAULTS: tuple[str, ...] = (
+    "replay.n_step=1",
+    "replay.frame_stacks=[obs]",
+    "replay.capacity=25000",
+    "replay.learning_starts=25000",
+    "replay.learn_every=16",
+    "replay.batch_size=128",
+    "requests_per_learn=1",
+    "dqn.lr=1e-4",
+    "dqn.minibatch_size=32",
+    "dqn.target_update_interval=250",
+    "dqn.epsilon_end=0.01",
+    "dqn.epsilon_decay_samples=1000000",
+    "train.max_steps=10000000",
+    "train.eval_every=250000",
+)
+"""Applied by ``--env ID`` to DQN when the env stacks image frames (``ALE/`` ids): RL-Zoo's Atari DQN over 4 agents
+(a 100k replay memory, 25k rows each, learning after 100k steps, one 32-row gradient step per 4 env steps, the
+target copied every 1,000 env steps, epsilon to 0.01 over 1M steps, learning rate 1e-4, 10M steps), one-step
+rows, and each frame stored once (``ExpReplayConfig.frame_stacks``: 1M Atari transitions in 7.1 GB, not 56.5)."""
 
 
 def _stacks_frames(env: gym.Env) -> bool:
@@ -400,7 +423,7 @@ def _tuned(algorithm: str) -> Callable[[str], tuple[str, ...]]:
             image, stacked = is_image_space(env.observation_space), _stacks_frames(env)
         finally:
             env.close()
-        replay = FRAME_STACK_DEFAULTS if stacked and algorithm == "dqn" else ()
+        replay = FRAME_STACK_DEFAULTS if image and stacked and algorithm == "dqn" else ()
         return (IMAGE_DEFAULTS if image else ()) + replay + TUNED.get((algorithm, env_id), ())
 
     return env_defaults

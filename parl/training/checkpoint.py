@@ -290,7 +290,7 @@ class RunCheckpointer:
         if not helpers and kept != "every":
             logger.warning(
                 "checkpoint %s holds no helper states (written with train.helper_states=%r%s); agents start with "
-                "empty replay buffers",
+                "fresh helpers (empty replay buffers)",
                 p,
                 kept,
                 ", and a newer checkpoint was written after it" if kept == "latest" else "",
