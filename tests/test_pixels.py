@@ -219,3 +219,14 @@ def test_impala_learns_minatar_breakout_above_random(tmp_path: Path) -> None:
         summary.best_eval,
         random_play,
     )
+
+
+def test_ppo_on_atari_takes_rl_zoos_atari_values() -> None:
+    from parl.training.experiment import resolve_experiment
+
+    ppo = resolve_experiment("ppo")
+    config = ppo.for_env(ppo.default_config(), "ALE/Pong-v5")
+    assert (config.sample_interval, config.ppo.epochs, config.ppo.minibatch_size) == (128, 4, 256)
+    assert (config.ppo.clip_range, config.ppo.entropy_coef, config.ppo.lr) == (0.1, 0.01, 2.5e-4)
+    minatar = ppo.for_env(ppo.default_config(), "MinAtar/Breakout-v1")
+    assert minatar.sample_interval == ppo.default_config().sample_interval  # not stacked: generic values

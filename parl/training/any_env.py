@@ -70,8 +70,8 @@ __all__ = [
     "TD3_ANY_ENV",
     "OffPolicyRunConfig",
     "OnPolicyRunConfig",
-    "FRAME_STACK_DEFAULTS",
     "IMAGE_DEFAULTS",
+    "STACKED_FRAME_DEFAULTS",
     "SeededReplayHelper",
     "TUNED",
     "named_experiment",
@@ -385,26 +385,40 @@ the CNN's dense features directly (:mod:`parl.models.encoders`), as the Nature D
 only the latest checkpoint keeps the replay buffers (frames are large)."""
 
 
-FRAME_STACK_DEFAULTS: tuple[str, ...] = (
-    "replay.n_step=1",
-    "replay.frame_stacks=[obs]",
-    "replay.capacity=25000",
-    "replay.learning_starts=25000",
-    "replay.learn_every=16",
-    "replay.batch_size=128",
-    "requests_per_learn=1",
-    "dqn.lr=1e-4",
-    "dqn.minibatch_size=32",
-    "dqn.target_update_interval=250",
-    "dqn.epsilon_end=0.01",
-    "dqn.epsilon_decay_samples=1000000",
-    "train.max_steps=10000000",
-    "train.eval_every=250000",
-)
-"""Applied by ``--env ID`` to DQN when the env stacks image frames (``ALE/`` ids): RL-Zoo's Atari DQN over 4 agents
-(a 100k replay memory, 25k rows each, learning after 100k steps, one 32-row gradient step per 4 env steps, the
-target copied every 1,000 env steps, epsilon to 0.01 over 1M steps, learning rate 1e-4, 10M steps), one-step
-rows, and each frame stored once (``ExpReplayConfig.frame_stacks``: 1M Atari transitions in 7.1 GB, not 56.5)."""
+STACKED_FRAME_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "dqn": (
+        "replay.n_step=1",
+        "replay.frame_stacks=[obs]",
+        "replay.capacity=25000",
+        "replay.learning_starts=25000",
+        "replay.learn_every=16",
+        "replay.batch_size=128",
+        "requests_per_learn=1",
+        "dqn.lr=1e-4",
+        "dqn.minibatch_size=32",
+        "dqn.target_update_interval=250",
+        "dqn.epsilon_end=0.01",
+        "dqn.epsilon_decay_samples=1000000",
+        "train.max_steps=10000000",
+        "train.eval_every=250000",
+    ),
+    "ppo": (
+        "sample_interval=128",
+        "ppo.epochs=4",
+        "ppo.minibatch_size=256",
+        "ppo.lr=2.5e-4",
+        "ppo.clip_range=0.1",
+        "ppo.entropy_coef=0.01",
+        "train.max_steps=10000000",
+        "train.eval_every=250000",
+    ),
+}
+"""Applied by ``--env ID`` when the env stacks image frames (``ALE/`` ids), per algorithm: RL-Zoo's Atari values.
+DQN over 4 agents: a 100k replay memory (25k rows each), learning after 100k steps, one 32-row gradient step per
+4 env steps, the target copied every 1,000 env steps, epsilon to 0.01 over 1M steps, learning rate 1e-4, one-step
+rows with each frame stored once (``ExpReplayConfig.frame_stacks``: 1M Atari transitions in 7.1 GB, not 56.5).
+PPO over 8 agents: 128-step rollouts, 4 epochs of 256 rows, clip 0.1, entropy 0.01, learning rate 2.5e-4 (RL-Zoo
+decays the rate and the clip linearly; these stay constant). Both for 10M agent steps."""
 
 
 def _stacks_frames(env: gym.Env) -> bool:
@@ -423,8 +437,8 @@ def _tuned(algorithm: str) -> Callable[[str], tuple[str, ...]]:
             image, stacked = is_image_space(env.observation_space), _stacks_frames(env)
         finally:
             env.close()
-        replay = FRAME_STACK_DEFAULTS if image and stacked and algorithm == "dqn" else ()
-        return (IMAGE_DEFAULTS if image else ()) + replay + TUNED.get((algorithm, env_id), ())
+        atari = STACKED_FRAME_DEFAULTS.get(algorithm, ()) if image and stacked else ()
+        return (IMAGE_DEFAULTS if image else ()) + atari + TUNED.get((algorithm, env_id), ())
 
     return env_defaults
 
