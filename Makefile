@@ -60,10 +60,18 @@ bench-learning: $(BENCH_STAMP)
 # Return at a fixed budget and wall time on MinAtar and MuJoCo, `parl train` against SB3 (about an hour per
 # problem; resumes per problem, library and seed): make bench-budget BUDGET_ARGS="--problems halfcheetah_sac".
 BUDGET_ARGS ?=
+PIXELS_ARGS ?=
 
 .PHONY: bench-budget
 bench-budget: $(BENCH_STAMP)
 	$(PY) -m benchmarks.budget $(BUDGET_ARGS)
+
+# Pong with the Nature CNN: acting throughput of the agent path against loops without a framework (about
+# 5 minutes), and frames per second with learning on, parl PPO and IMPALA against SB3 PPO (about an hour).
+.PHONY: bench-pixels
+bench-pixels: $(BENCH_STAMP)
+	$(PY) -m benchmarks.pixels_acting
+	$(PY) -m benchmarks.pixels_training $(PIXELS_ARGS)
 
 # Processes and Ray at P = 1 and 2 (acting, and CartPole PPO learning), and a cost model fitted from P = 1
 # that predicts P = 2 and 16 and 64 cores (about 5 minutes; the test extras install Ray).
