@@ -150,7 +150,8 @@ def agent_path(n: int, seconds: float, runtime: str, replicas: bool) -> float:
     task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=wrapper)
     config = parl.ManagerConfig(num_agents=n, runtime=runtime, num_workers=2, max_seconds=600)
     manager = parl.Manager([task], GymAgent, lambda i: make_env(ENV_ID), config)
-    window = _Window(lambda: manager.wrappers["RL"].prediction_stats.samples, warmup=2.0, seconds=seconds)
+    # warm-up: making 16-32 ALE envs takes a few seconds (each loads its ROM), in the workers or here
+    window = _Window(lambda: manager.wrappers["RL"].prediction_stats.samples, warmup=6.0, seconds=seconds)
     manager.run(stop_when=window)
     return window.rate
 
@@ -178,9 +179,12 @@ def forward_us(batch: int, compiled: bool, repeats: int = 30) -> float:
     """Median µs per sample of the Q-network's forward at ``batch`` (dygraph, or ``paddle.jit.to_static``)."""
     model = q_network()
     obs = paddle.to_tensor(np.random.default_rng(0).integers(0, 256, (batch, 4, 84, 84), dtype=np.uint8))
-    fn: Callable[[paddle.Tensor], paddle.Tensor] = lambda x: model.value({"obs": x})  # noqa: E731
-    if compiled:
-        fn = paddle.jit.to_static(fn, full_graph=True)
+    with paddle.no_grad():
+        model.value({"obs": obs})  # builds the layers' parameters (their sizes come from the first input)
+    # the Q-network's one head (encoder, output layer) as a Layer, for to_static to capture its parameters
+    fn: Callable[[paddle.Tensor], paddle.Tensor] = (
+        paddle.jit.to_static(model.q, full_graph=True) if compiled else model.q
+    )
     times = []
     with paddle.no_grad():
         for i in range(repeats + 3):
