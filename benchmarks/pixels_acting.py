@@ -150,8 +150,8 @@ def agent_path(n: int, seconds: float, runtime: str, replicas: bool) -> float:
     task = parl.TaskConfig("RL", algo, parl.AgentHelper, wrapper=wrapper)
     config = parl.ManagerConfig(num_agents=n, runtime=runtime, num_workers=2, max_seconds=600)
     manager = parl.Manager([task], GymAgent, lambda i: make_env(ENV_ID), config)
-    # warm-up: making 16-32 ALE envs takes a few seconds (each loads its ROM), in the workers or here
-    window = _Window(lambda: manager.wrappers["RL"].prediction_stats.samples, warmup=6.0, seconds=seconds)
+    # warm-up: each ALE env loads its ROM (~0.15 s), all of them before the agents' first rounds
+    window = _Window(lambda: manager.wrappers["RL"].prediction_stats.samples, warmup=3.0 + 0.3 * n, seconds=seconds)
     manager.run(stop_when=window)
     return window.rate
 

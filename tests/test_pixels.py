@@ -230,3 +230,33 @@ def test_ppo_on_atari_takes_rl_zoos_atari_values() -> None:
     assert (config.ppo.clip_range, config.ppo.entropy_coef, config.ppo.lr) == (0.1, 0.01, 2.5e-4)
     minatar = ppo.for_env(ppo.default_config(), "MinAtar/Breakout-v1")
     assert minatar.sample_interval == ppo.default_config().sample_interval  # not stacked: generic values
+
+
+@pytest.mark.parametrize("name", ["A2C", "IMPALA", "PPO"])
+def test_a_learning_step_runs_the_shared_cnn_once_per_row(name: str) -> None:
+    rng = np.random.default_rng(0)
+    n = 12
+    model = ActorCriticModel(MINATAR, gym.spaces.Discrete(3), NetConfig(hidden=(), activation="relu"))
+    config = {"A2C": parl.A2CConfig(), "IMPALA": parl.IMPALAConfig(), "PPO": parl.PPOConfig(epochs=1, minibatch_size=n)}
+    algo = getattr(parl, name)(model, config[name])
+    task = parl.ComputationTask("RL", algo)
+    obs = rng.integers(0, 2, (n, 10, 10, 4)).astype(bool)
+    next_obs = rng.integers(0, 2, (n, 10, 10, 4)).astype(bool)
+    pred = task.predict({"obs": obs}, explore=True)
+    batch = parl.TrainingBatch(
+        inputs={"obs": obs}, actions=pred.actions, rewards={"reward": rng.normal(size=n).astype(np.float32)},
+        next_inputs={"obs": next_obs}, terminal=np.zeros(n, bool), segment_end=np.arange(n) % 4 == 3,
+        extras={"logp": pred.extras["logp"]} if name != "A2C" else {},
+    )  # fmt: skip
+    rows: list[int] = []
+    hook = model.trunk.encoder.register_forward_post_hook(  # type: ignore[union-attr]
+        lambda layer, inputs, output: rows.append(int(output.shape[0]))
+    )
+    try:
+        task.learn(batch)
+    finally:
+        hook.remove()
+    # A2C and IMPALA: one pass over [inputs; next_inputs]; PPO: the bootstrap values of both, then one
+    # minibatch of policy and value together, then the policy once more for its reported change
+    expected = {"A2C": [2 * n], "IMPALA": [2 * n], "PPO": [2 * n, n, n]}
+    assert rows == expected[name]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Generic, Protocol, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 import paddle
@@ -94,32 +94,27 @@ class _ActorCritic(Algorithm, Generic[_ConfigT]):
         action_distribution(model, name).check_output(model.policy(inputs), model)  # type: ignore[operator]
         model.value(inputs)  # type: ignore[operator]
 
-    def _value(self, inputs: Tensors) -> paddle.Tensor:
-        v = self.model.value(inputs)  # type: ignore[operator]
-        return v.reshape([-1])
-
     def predict(self, inputs: Tensors, states: Tensors, explore: bool) -> Prediction:
         params = self.dist.params(self.model.policy(inputs))  # type: ignore[operator]
         sample = self.dist.act(params, self.rng if explore else None)
         return Prediction(actions={self.action_name: sample.action}, extras={"logp": sample.logp, **sample.extras})
 
-    def _values(self, batch: TrainingBatch) -> tuple[paddle.Tensor, np.ndarray, np.ndarray]:
-        """``V(s_t)`` (gradient flows through it), and the numpy ``V(s_t)`` and ``V(s_tp1)`` (detached).
+    def _forward(self, batch: TrainingBatch) -> tuple[paddle.Tensor, np.ndarray, np.ndarray, Any, paddle.Tensor]:
+        """``V(s_t)`` (gradient flows through it), the numpy ``V(s_t)`` and ``V(s_tp1)`` (detached), the
+        distribution parameters of every row and the log-probabilities of the taken actions (checked).
 
-        One value pass over ``[inputs; next_inputs]``: the gradient flows through the first half only.
+        One ``policy_and_value`` pass over ``[inputs; next_inputs]`` (a shared CNN runs once per row); the
+        policy of the next inputs is not used, and no gradient reaches their values.
         """
         size = batch.size
         both = {k: paddle.concat([v, batch.next_inputs[k]]) for k, v in batch.inputs.items()}
-        values = self._value(both)
+        out, values = self.model.policy_and_value(both)
+        values = values.reshape([-1])
         v_np = values.detach().numpy()
-        return values[:size], v_np[:size], v_np[size:]
-
-    def _log_prob(self, batch: TrainingBatch) -> tuple[paddle.Tensor, paddle.Tensor]:
-        """Distribution parameters of every row and the log-probabilities of the taken actions (checked)."""
-        params = self.dist.params(self.model.policy(batch.inputs))  # type: ignore[operator]
+        params = self.dist.params(_first_rows(out, size))
         actions = batch.actions[self.action_name]
         self.dist.check_actions(actions, params)
-        return params, self.dist.log_prob(params, actions)
+        return values[:size], v_np[:size], v_np[size:], params, self.dist.log_prob(params, actions)
 
     @staticmethod
     def _rows(batch: TrainingBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -140,8 +135,7 @@ class _ActorCritic(Algorithm, Generic[_ConfigT]):
 
     def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor | np.ndarray | float]:
         c = self.config
-        v_t, v_np_t, v_np_tp1 = self._values(batch)
-        params, logp = self._log_prob(batch)
+        v_t, v_np_t, v_np_tp1, params, logp = self._forward(batch)
         weights, targets, per_sample = self._targets(batch, v_np_t, v_np_tp1, logp)
         policy_loss = -(logp * self.tensor("advantage", weights)).mean()
         value_loss = (v_t - self.tensor("returns", targets)).square().mean()
@@ -194,10 +188,10 @@ class A2C(_ActorCritic[A2CConfig]):
     def advantages(self, batch: TrainingBatch) -> tuple[paddle.Tensor, np.ndarray, np.ndarray]:
         """Values, GAE advantages and value targets of a batch (no gradient through the targets).
 
-        One value pass over ``[inputs; next_inputs]``: the gradient flows through the first half
-        only (``v_t``); the bootstrap values ``v_tp1`` are detached.
+        One ``policy_and_value`` pass over ``[inputs; next_inputs]``: the gradient flows through the first
+        half only (``v_t``); the bootstrap values ``v_tp1`` are detached.
         """
-        v_t, v_np_t, v_np_tp1 = self._values(batch)
+        v_t, v_np_t, v_np_tp1, _, _ = self._forward(batch)
         adv, returns = self._gae(batch, v_np_t, v_np_tp1)
         return v_t, adv, returns
 
@@ -216,3 +210,11 @@ class A2C(_ActorCritic[A2CConfig]):
         adv, returns = self._gae(batch, v_t, v_tp1)
         adv_used = (adv - adv.mean()) / (adv.std() + 1e-8) if c.normalize_advantages and adv.size > 1 else adv
         return adv_used.astype(np.float32), returns, {"advantage": adv}
+
+
+def _first_rows(out: Any, size: int) -> Any:
+    """A policy output of ``2 * size`` rows cut to its first ``size``: a tensor, or each per-row tensor (two
+    axes or more) of a tuple such as ``(mean [N, k], log_std [k])``."""
+    if isinstance(out, tuple):
+        return tuple(x[:size] if len(x.shape) >= 2 else x for x in out)
+    return out[:size]

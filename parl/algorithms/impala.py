@@ -92,8 +92,7 @@ class IMPALA(_ActorCritic[IMPALAConfig]):
         """V-trace value targets ``vs``, policy-gradient advantages and truncated ratios ``rho`` of a batch
         (paddle tensors, as ``learn`` gets it) under the current parameters; no gradient, no update."""
         with paddle.no_grad():
-            _, v_t, v_tp1 = self._values(batch)
-            _, logp = self._log_prob(batch)
+            _, v_t, v_tp1, _, logp = self._forward(batch)
         pg_advantages, vs, per_sample = self._targets(batch, v_t, v_tp1, logp)
         return vs, pg_advantages, per_sample["rho"]
 

@@ -153,6 +153,17 @@ class PPO(Algorithm):
             return self.dist.params(self.model.policy(inputs)), {}, {}  # type: ignore[operator]
         return unroll_sequences(self._policy_step, inputs, states, segment_end)
 
+    def _policy_and_value(
+        self, inputs: Tensors, states: Tensors, segment_end: np.ndarray
+    ) -> tuple[paddle.Tensor, paddle.Tensor]:
+        """Distribution parameters and values of every row of a minibatch: one ``policy_and_value`` call of a
+        feed-forward model (a shared CNN runs once per row), an unroll and a value pass of a recurrent one."""
+        if not self.recurrent:
+            out, values = self.model.policy_and_value(inputs)
+            return self.dist.params(out), values.reshape([-1])
+        params, states_t, _ = self.unroll(inputs, states, segment_end)
+        return params, self._value(inputs, states_t)
+
     def _policy_step(self, inputs: Tensors, states: Tensors) -> tuple[paddle.Tensor, Mapping[str, paddle.Tensor]]:
         """One step of a recurrent policy: (distribution parameters, next states)."""
         out, next_states = self.model.policy(inputs, states)  # type: ignore[operator]
@@ -259,13 +270,13 @@ class PPO(Algorithm):
                     if c.normalize_advantages and idx.size > 1:
                         mb_adv = _standardized(mb_adv)
                     mb_neg_adv = self.tensor("mb_neg_adv", -mb_adv)
-                params, mb_states_t, _ = self.unroll(mb_inputs, mb_states, mb_seg)
+                params, mb_values = self._policy_and_value(mb_inputs, mb_states, mb_seg)
                 if not parts:  # once per call, on every row, before the first step uses any of them
                     self.dist.check_actions(actions, params)
                 ratio = paddle.exp(self.dist.log_prob(params, mb_actions) - mb_old_logp)
                 # -min(r * A, clip(r) * A) = max(r * -A, clip(r) * -A)
                 policy_loss = paddle.maximum(ratio * mb_neg_adv, paddle.clip(ratio, lo, hi) * mb_neg_adv).mean()
-                value_loss = (self._value(mb_inputs, mb_states_t) - mb_returns).square().mean()
+                value_loss = (mb_values - mb_returns).square().mean()
                 loss = policy_loss + c.value_coef * value_loss
                 if c.entropy_coef != 0.0:
                     loss = loss - c.entropy_coef * self.dist.entropy(params).mean()

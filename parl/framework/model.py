@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 import paddle
 
@@ -65,6 +67,11 @@ class Model(paddle.nn.Layer):
     def reward_specs(self) -> list[FieldSpec]:
         """Reward fields; one scalar ``reward`` by default."""
         return [FieldSpec("reward", (), "float32")]
+
+    def policy_and_value(self, inputs: Mapping[str, paddle.Tensor]) -> tuple[Any, paddle.Tensor]:
+        """``(policy(inputs), value(inputs))`` of a feed-forward actor-critic model, what its learning step
+        computes. Override it when the two share work (a CNN trunk computed once for both heads)."""
+        return self.policy(inputs), self.value(inputs)  # type: ignore[attr-defined]
 
     def sync_params_to(self, target: paddle.nn.Layer, decay: float = 0.0) -> None:
         """Copy (``decay=0``) or blend this model's parameters into ``target``.

@@ -27,6 +27,7 @@ that the policy and value of an actor-critic model on images share the CNN and h
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -143,7 +144,7 @@ class ActorCriticModel(_SpaceModel):
             self.pi = _Head(observation_space, net, outputs)
             self.v = _Head(observation_space, net, 1)
 
-    def _features(self, inputs: Tensors) -> paddle.Tensor:
+    def _features(self, inputs: Mapping[str, paddle.Tensor]) -> paddle.Tensor:
         return self.trunk(inputs["obs"]) if self.trunk is not None else inputs["obs"]
 
     def policy(self, inputs: Tensors) -> paddle.Tensor | tuple[paddle.Tensor, paddle.Tensor]:
@@ -152,6 +153,14 @@ class ActorCriticModel(_SpaceModel):
 
     def value(self, inputs: Tensors) -> paddle.Tensor:
         return self.v(self._features(inputs)).reshape([-1])
+
+    def policy_and_value(
+        self, inputs: Mapping[str, paddle.Tensor]
+    ) -> tuple[paddle.Tensor | tuple[paddle.Tensor, paddle.Tensor], paddle.Tensor]:
+        """Both heads on features computed once (the CNN runs once per row when the trunk is shared)."""
+        h = self._features(inputs)
+        out = self.pi(h)
+        return (out, self.log_std()) if self.kind == "box" else out, self.v(h).reshape([-1])
 
 
 class QNetworkModel(_SpaceModel):
