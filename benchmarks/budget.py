@@ -408,12 +408,14 @@ def markdown(results: dict[str, Any]) -> str:
         "## Pixels and physics: return at a fixed budget, `parl train` against Stable-Baselines3",
         "",
         "Measured by `python -m benchmarks.budget`, parl and SB3 alternating run by run, each run in a fresh "
-        "process, results kept per (problem, library, seed). Both sides train for the same env steps; every "
-        f"budget/{EVALS} steps the policy is evaluated on {EVAL_EPISODES} greedy episodes (same seeds on both "
-        f"sides), and the last policy is scored on {FINAL_EPISODES} other episodes (*final*). Wall time runs from "
-        "building the learner to the end of training, evaluations included. parl runs the named experiment's "
-        "shipped defaults, changing only the protocol's values (listed below); SB3 runs the same settings, "
-        "MinAtar with the paper's network as its features extractor.",
+        "process, results kept per (problem, library, seed). Both sides train for the same env steps under the "
+        f"same wall-time cap; at the first step count at or past each multiple of budget/{EVALS} the policy is "
+        f"evaluated on {EVAL_EPISODES} greedy episodes (seeds 10,000 plus that step count on both sides), and the "
+        f"last policy is scored on {FINAL_EPISODES} other episodes (*final*). Wall time runs from building the "
+        "learner to the end of training, evaluations included; a run cut short or failed counts as the cap. parl "
+        "runs the named experiment's shipped defaults, changing only the protocol's values (below); SB3 runs the "
+        "same settings, MinAtar with the paper's network as its features extractor. The return target: parl's "
+        "mean final return within SB3's seed spread (its worst to its best seed).",
         "",
         "| problem | budget | library | runs | median s | CPU | final (mean; min..max) | parl/SB3 time | "
         "time target | return target |",
@@ -439,10 +441,16 @@ def markdown(results: dict[str, Any]) -> str:
     if notes:
         lines += ["", "Runs cut short or failed (counted as the cap in the median time):", ""]
         lines += [f"- {note}" for note in notes]
-    lines += ["", "SB3's settings per problem (parl's are the named experiment's defaults, `parl train NAME "
-              "--show-config`); parl's protocol values: " + ", ".join(f"`{o}`" for o in
-              protocol_overrides(0, EVALS, 0.0)[3:]) + " and the budget:", "",
-              "| problem | SB3 |", "|---|---|"]  # fmt: skip
+    fixed = [o for o in protocol_overrides(0, EVALS, 0.0)[2:] if not o.startswith("train.eval_every")]
+    lines += [
+        "",
+        "parl's protocol values, as `--set`: `train.max_steps` (the budget), `train.max_seconds` (the cap), "
+        f"`train.eval_every` (budget/{EVALS}), " + ", ".join(f"`{o}`" for o in fixed) + ". SB3's settings per "
+        "problem (parl's: `parl train NAME --show-config`):",
+        "",
+        "| problem | SB3 |",
+        "|---|---|",
+    ]
     for name in shown:
         settings = ", ".join(f"{k}={v}" for k, v in PROBLEMS[name].sb3.items())
         lines.append(f"| {name} | {PROBLEMS[name].sb3_algo}: {settings} |")
