@@ -30,18 +30,27 @@ LEARN_EARLY = {
     "pendulum_sac": ["--set=learning_starts=64", "--set=batch_size=32"],
     "cartpole_recurrent": ["--set=recurrent.num_agents=4"],
     "minatar_breakout_dqn": [
-        "--set=replay.learning_starts=32", "--set=replay.batch_size=32", "--set=requests_per_learn=1",
+        "--set=replay.learning_starts=32",
+        "--set=replay.batch_size=32",
+        "--set=requests_per_learn=1",
     ],
     "minatar_breakout_ppo": ["--set=manager.num_agents=4", "--set=sample_interval=16"],
     "pong_impala": [
-        "--set=manager.num_agents=4", "--set=chunks_per_learn=2", "--set=sample_interval=8",
-        "--set=manager.runtime=threads", "--set=predict_in_workers=false",
+        "--set=manager.num_agents=4",
+        "--set=chunks_per_learn=2",
+        "--set=sample_interval=8",
+        "--set=manager.runtime=threads",
+        "--set=predict_in_workers=false",
     ],
     "halfcheetah_sac": [
-        "--set=replay.learning_starts=32", "--set=replay.batch_size=32", "--set=sac.random_action_samples=64",
+        "--set=replay.learning_starts=32",
+        "--set=replay.batch_size=32",
+        "--set=sac.random_action_samples=64",
     ],
     "hopper_td3": [
-        "--set=replay.learning_starts=32", "--set=replay.batch_size=32", "--set=td3.random_action_samples=64",
+        "--set=replay.learning_starts=32",
+        "--set=replay.batch_size=32",
+        "--set=td3.random_action_samples=64",
     ],
 }
 """Per experiment: settings that make it learn within the tiny budget (smaller batches, earlier starts)."""
