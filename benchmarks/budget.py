@@ -92,7 +92,11 @@ PROBLEMS: dict[str, BudgetProblem] = {
     p.name: p
     for p in [
         BudgetProblem("minatar_breakout_dqn", "MinAtar/Breakout-v1", "minatar_breakout_dqn", "DQN", _MINATAR_DQN,
-                      500_000, 0.7, 3_600.0),
+                      500_000, 0.7, 3_600.0,
+                      reference="the MinAtar paper's DQN (Young and Tian, 2019) is at about 8.5 after 500k frames "
+                      "(MinAtar has no frame skip: one frame per step), read off its learning-curve figure "
+                      "(github.com/kenjyoung/MinAtar, img/learning_curves.gif): the mean of 30 runs of the moving "
+                      "average of 100 training episodes, with exploration on, so not a greedy score"),
         BudgetProblem("minatar_breakout_ppo", "MinAtar/Breakout-v1", "minatar_breakout_ppo", "PPO", _MINATAR_PPO,
                       500_000, 0.7, 3_600.0),
         BudgetProblem("halfcheetah_sac", "HalfCheetah-v5", "halfcheetah_sac", "SAC",
@@ -441,6 +445,9 @@ def markdown(results: dict[str, Any]) -> str:
     if notes:
         lines += ["", "Runs cut short or failed (counted as the cap in the median time):", ""]
         lines += [f"- {note}" for note in notes]
+    references = [f"- {name}: {PROBLEMS[name].reference}." for name in shown if PROBLEMS[name].reference]
+    if references:
+        lines += ["", "Published figures at the same budget:", "", *references]
     fixed = [o for o in protocol_overrides(0, EVALS, 0.0)[2:] if not o.startswith("train.eval_every")]
     lines += [
         "",

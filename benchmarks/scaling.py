@@ -66,6 +66,7 @@ BANDWIDTH = {"processes": 10e9, "ray": 1.25e9}
 link into the learner's node (Ray across nodes)."""
 MSG_HEADER = 4  # bytes of length header a multiprocessing connection adds to each message
 START_TIMEOUT_S = 120.0  # longest a run may take to its first env step
+WINDOW_LIMIT_S = 30.0  # longest a window waits past its length for an env step (replica counts come in batches)
 
 
 @dataclass(frozen=True)
@@ -219,8 +220,9 @@ class _Reading:
 class _Window:
     """A ``stop_when`` that reads the run's counters ``warmup`` seconds after the first env step (workers
     and replicas take a while to start) and again ``seconds`` later, then stops the run; it samples the
-    policy lag of the learning calls it sees in between. A run with no env step after ``START_TIMEOUT_S``
-    is stopped without a window."""
+    policy lag of the learning calls it sees in between. A window lasts until it has seen an env step too
+    (up to ``WINDOW_LIMIT_S``): a worker reports its replica's predictions in batches, so a short window can
+    fall between two reports. A run with no env step after ``START_TIMEOUT_S`` is stopped without a window."""
 
     def __init__(self, manager: parl.Manager, counter: ConnectionBytes, warmup: float, seconds: float) -> None:
         self.manager, self.counter, self.warmup, self.seconds = manager, counter, warmup, seconds
@@ -263,7 +265,9 @@ class _Window:
             metrics = wrapper.last_metrics
             if "policy_lag_mean" in metrics:
                 self.lags.append((metrics["policy_lag_mean"], metrics["policy_lag_max"]))
-        if time.perf_counter() - self.first.time >= self.seconds:
+        elapsed = time.perf_counter() - self.first.time
+        stepped = wrapper.prediction_stats.samples > self.first.steps
+        if elapsed >= self.seconds and (stepped or elapsed >= WINDOW_LIMIT_S):
             self.last = self._read()
             return True
         return False
@@ -609,7 +613,8 @@ def markdown(rows: list[dict[str, Any]], models: list[dict[str, Any]], info: dic
         "`manager.num_workers` (P) and the task's `WrapperConfig.predict_in_workers` (replicas; "
         "`replica_sync_every` 1) changed; P = 2 puts 8 agents on each worker. *acting*: the same "
         "agents and task with `AgentHelper`, which never learns; *learning*: the experiment as it is. Each run is "
-        f"one Manager run: {info['warmup']:g} s of warm-up, then a {info['seconds']:g} s window; {info['runs']} "
+        f"one Manager run: {info['warmup']:g} s of warm-up, then a {info['seconds']:g} s window (longer if it has "
+        f"seen no env step yet: a worker reports its replica's steps in batches); {info['runs']} "
         "runs per row in alternating rounds (every row once per round), the processes rows first, then the Ray "
         "rows on a local Ray instance started for them only. Figures are medians over the runs. Learner CPU is "
         "read per thread: *per sample learned* is the training loop's CPU over the samples its learning calls "

@@ -72,3 +72,9 @@ def test_runs_merge_per_problem_library_and_seed_and_the_report_shows_them(
     assert "| halfcheetah_sac | 50,000 | parl SAC | 2 | 75.0 |" in text
     assert "0.75 | <= 0.8x: met | within SB3's spread: met (above SB3's best seed) |" in text
     assert "![halfcheetah_sac learning curves](img/budget_halfcheetah_sac.png)" in text
+    assert "Published figures" not in text  # halfcheetah_sac has none; a MinAtar DQN row brings the paper's
+    minatar = dataclasses.replace(_run("parl", 0, 70.0, 9.0), problem="minatar_breakout_dqn")
+    results["problems"]["minatar_breakout_dqn"] = {"parl": {"0": dataclasses.asdict(minatar)}}
+    assert "- minatar_breakout_dqn: the MinAtar paper's DQN (Young and Tian, 2019) is at about 8.5" in (
+        budget.markdown(results)
+    )

@@ -245,7 +245,7 @@ def test_kill_during_saves_leaves_a_loadable_checkpoint(tmp_path: Path) -> None:
     _set_version(reference, 0)
     reference.save(path)
 
-    modes = ["loop"] * 5 + ["pause"]
+    modes = ["loop"] * 3 + ["pause"]
     procs = [_start_child(path, tmp_path, i + 1, mode) for i, mode in enumerate(modes)]  # start up in parallel
     rnd = random.Random(1234)
     previous = 0

@@ -351,8 +351,12 @@ def test_a_reset_deadline_set_alone_guards_the_envs() -> None:
 # ------------------------------------------------------------------ chaos
 
 
+CHAOS_AGENTS = 16  # on two workers: worker 0 hosts the even agent ids
+CHAOS_BUDGET = 2000  # env steps: about 8 hangs and 60 errors injected
+
+
 def _chaos_manager(runtime: str, log: str, budget: int) -> parl.Manager:
-    chaos = ChaosConfig(error_rate=0.03, hang_rate=0.002, reset_error_rate=0.02, hang_s=120.0, log_path=log)
+    chaos = ChaosConfig(error_rate=0.03, hang_rate=0.004, reset_error_rate=0.02, hang_s=120.0, log_path=log)
 
     def make_env(i: int) -> ChaosEnv:
         # The env's host process (so the test can check it is gone) and its parent, the worker that
@@ -366,13 +370,14 @@ def _chaos_manager(runtime: str, log: str, budget: int) -> parl.Manager:
         StepAgent,
         make_env,
         parl.ManagerConfig(
-            runtime=runtime, num_agents=32, num_workers=2, max_steps=budget, max_seconds=60,
+            runtime=runtime, num_agents=CHAOS_AGENTS, num_workers=2, max_steps=budget, max_seconds=60,
             restart_failed_agents=True, max_restarts=3, stop_timeout_s=5.0,
             # Only steps hang on purpose. Deadlines well above a step's or a build's own time on a
             # loaded machine (0.8 s once counted a slow step of the threads runtime in a full suite run
-            # as a hang), so that no slow build or step is counted as a hang nobody injected
+            # as a hang; a fork from the full suite's process once took over 5 s to build an env),
+            # so that no slow build or step is counted as a hang nobody injected
             # (and a stop waits for a hang in progress to be counted, rather than killing its worker).
-            faults=parl.FaultConfig(max_consecutive_faults=10, step_timeout_s=2.0, reset_timeout_s=5.0),
+            faults=parl.FaultConfig(max_consecutive_faults=10, step_timeout_s=2.0, reset_timeout_s=15.0),
         ),
     )  # fmt: skip
 
@@ -431,7 +436,7 @@ def kill_worker_process(index: int) -> Callable[[parl.Manager], int]:
 @pytest.mark.parametrize("runtime", ALL_RUNTIMES)
 def test_chaos_run_completes_its_budget_and_counts_every_fault(runtime: str, tmp_path) -> None:
     log = str(tmp_path / "faults.log")
-    budget = 4000
+    budget = CHAOS_BUDGET
     manager = _chaos_manager(runtime, log, budget)
     threads_before = set(threading.enumerate())
     killer = None
@@ -444,10 +449,10 @@ def test_chaos_run_completes_its_budget_and_counts_every_fault(runtime: str, tmp
     assert injected["error"] > 10 and injected["hang"] >= 1, injected
     if killer is not None:
         killer.join()
-        assert killer.killed and f.workers_lost == 1 and f.episodes_lost == 16 and report.restarts == 1
+        assert killer.killed and f.workers_lost == 1 and f.episodes_lost == CHAOS_AGENTS // 2 and report.restarts == 1
         assert [(x.agent_id, x.restarted) for x in report.failures] == [(0, True)], report.failures
         assert "worker process 0" in str(report.failures[0].error)
-        check_chaos_accounting(report, log, killer.killed_pid, list(range(0, 32, 2)))
+        check_chaos_accounting(report, log, killer.killed_pid, list(range(0, CHAOS_AGENTS, 2)))
     else:
         assert report.failures == [] and f.workers_lost == 0 and f.episodes_lost == 0
         check_chaos_accounting(report, log)

@@ -31,7 +31,15 @@ from test_agent_group_fakes import (  # noqa: E402
     echo_task_config,
     expected_action,
 )
-from test_faults import SendEveryTransition, _chaos_manager, check_chaos_accounting, env_hosts, pid_alive  # noqa: E402
+from test_faults import (  # noqa: E402
+    CHAOS_AGENTS,
+    CHAOS_BUDGET,
+    SendEveryTransition,
+    _chaos_manager,
+    check_chaos_accounting,
+    env_hosts,
+    pid_alive,
+)
 
 import parl  # noqa: E402
 from parl.envs.chaos import read_fault_log  # noqa: E402
@@ -292,7 +300,7 @@ def test_ray_env_whose_reset_raises_once_is_rebuilt_and_its_episode_cut(isolated
 
 def test_ray_chaos_run_completes_its_budget_and_counts_every_fault(tmp_path) -> None:
     log = str(tmp_path / "faults.log")
-    budget = 4000
+    budget = CHAOS_BUDGET
     manager = _chaos_manager("ray", log, budget)
     threads_before = set(threading.enumerate())
     killer = WorkerKiller(manager, lambda c: c.steps >= budget // 3, _kill_actor)
@@ -303,11 +311,11 @@ def test_ray_chaos_run_completes_its_budget_and_counts_every_fault(tmp_path) -> 
     f = report.faults
     assert report.steps >= budget
     assert injected["error"] > 10 and injected["hang"] >= 1, injected
-    assert killer.killed and f.workers_lost == 1 and f.episodes_lost == 16 and report.restarts == 1
+    assert killer.killed and f.workers_lost == 1 and f.episodes_lost == CHAOS_AGENTS // 2 and report.restarts == 1
     assert [(x.agent_id, x.restarted) for x in report.failures] == [(0, True)], report.failures
     assert "Ray actor of worker 0" in str(report.failures[0].error)
     # exact counts for the other actor and the restarted one; the killed actor may have lost one per agent
-    check_chaos_accounting(report, log, killer.killed_pid, list(range(0, 32, 2)))
+    check_chaos_accounting(report, log, killer.killed_pid, list(range(0, CHAOS_AGENTS, 2)))
     pids = [pid for _, pid, _ in env_hosts(log)]
     deadline = time.monotonic() + 10.0
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from parl.algorithms.functional import gae_advantages, n_step_return, vtrace
+from parl.algorithms.functional import gae_advantages, n_step_return, truncated_ratios, vtrace
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -209,3 +209,10 @@ def test_vtrace_refuses_arrays_that_are_not_one_length_t(field: str, bad: np.nda
 def test_vtrace_refuses_a_scalar() -> None:
     with pytest.raises(ValueError, match=r"vtrace expects .*values \(\)"):
         vtrace(1.0, V_NEXT, R, D, LOG_RHO, SEG)  # type: ignore[arg-type]
+
+
+def test_truncated_ratios_clip_at_the_threshold_or_not_at_all() -> None:
+    log_rhos = np.log([0.5, 1.0, 2.0])
+    np.testing.assert_allclose(truncated_ratios(log_rhos, 1.0), [0.5, 1.0, 1.0])
+    np.testing.assert_allclose(truncated_ratios(log_rhos, None), [0.5, 1.0, 2.0])
+    assert truncated_ratios(log_rhos, 1.0).dtype == np.float64

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -58,7 +59,7 @@ class _ActorCriticSettings(Protocol):
 _ConfigT = TypeVar("_ConfigT", bound=_ActorCriticSettings)
 
 
-class _ActorCritic(Algorithm, Generic[_ConfigT]):
+class _ActorCritic(Algorithm, Generic[_ConfigT], abc.ABC):
     """The learning path that A2C and IMPALA share: one gradient step per batch of a feed-forward actor-critic.
 
     ``learn`` takes the values of ``[inputs; next_inputs]`` in one pass (the
@@ -126,12 +127,12 @@ class _ActorCritic(Algorithm, Generic[_ConfigT]):
         seg = batch.segment_end.numpy().astype(bool) if batch.segment_end is not None else np.ones(size, bool)
         return reward, terminal, seg
 
+    @abc.abstractmethod
     def _targets(
         self, batch: TrainingBatch, v_t: np.ndarray, v_tp1: np.ndarray, logp: paddle.Tensor
     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Policy-gradient weights and value targets (float32 ``[B]``) of a batch, given ``V(s_t)``, ``V(s_tp1)``
         and the current log-probabilities of the taken actions, and the per-sample values ``learn`` reports."""
-        raise NotImplementedError(f"{type(self).__name__} must define _targets()")
 
     def learn(self, batch: TrainingBatch) -> dict[str, paddle.Tensor | np.ndarray | float]:
         c = self.config

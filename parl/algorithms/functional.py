@@ -21,6 +21,7 @@ __all__ = [
     "q_target",
     "gae_advantages",
     "vtrace",
+    "truncated_ratios",
     "n_step_return",
     "sequence_starts",
     "unroll_sequences",
@@ -81,6 +82,15 @@ def gae_advantages(delta_t: np.ndarray, segment_end_t: np.ndarray, gamma: float,
         running = delta[t] + (0.0 if ends[t] else decay * running)
         adv[t] = running
     return np.asarray(adv, dtype=np.float32).reshape(np.shape(delta_t))
+
+
+def truncated_ratios(log_rhos: np.ndarray, threshold: float | None) -> np.ndarray:
+    """Importance ratios ``min(threshold, exp(log_rho))`` as float64 (None: not truncated)::
+
+    truncated_ratios(np.log([0.5, 2.0]), 1.0)   # [0.5, 1.0]
+    """
+    ratio = np.exp(np.asarray(log_rhos, dtype=np.float64))
+    return ratio if threshold is None else np.minimum(threshold, ratio)
 
 
 def vtrace(
@@ -153,10 +163,9 @@ def vtrace(
     v = np.asarray(values, dtype=np.float64)
     v_next = np.asarray(next_values, dtype=np.float64)
     discount = np.asarray(discounts, dtype=np.float64)
-    ratio = np.exp(np.asarray(log_rhos, dtype=np.float64))
-    rho = ratio if clip_rho_threshold is None else np.minimum(clip_rho_threshold, ratio)
-    c = lam * (ratio if clip_c_threshold is None else np.minimum(clip_c_threshold, ratio))
-    pg_rho = ratio if clip_pg_rho_threshold is None else np.minimum(clip_pg_rho_threshold, ratio)
+    rho = truncated_ratios(log_rhos, clip_rho_threshold)
+    c = lam * truncated_ratios(log_rhos, clip_c_threshold)
+    pg_rho = truncated_ratios(log_rhos, clip_pg_rho_threshold)
     r = np.asarray(rewards, dtype=np.float64)
     delta = (rho * (r + discount * v_next - v)).tolist()
     decay = (discount * c).tolist()

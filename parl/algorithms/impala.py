@@ -10,7 +10,7 @@ import paddle
 from annotated_types import Ge, Gt, Interval
 
 from parl.algorithms.a2c import _ActorCritic
-from parl.algorithms.functional import vtrace
+from parl.algorithms.functional import truncated_ratios, vtrace
 from parl.data.specs import FieldSpec
 from parl.framework.algorithm import ModelFactory
 from parl.framework.model import Model
@@ -115,6 +115,5 @@ class IMPALA(_ActorCritic[IMPALAConfig]):
             clip_c_threshold=c.clip_c_threshold,
             clip_pg_rho_threshold=c.clip_pg_rho_threshold,
         )
-        ratio = np.exp(log_rho)
-        rho = ratio if c.clip_rho_threshold is None else np.minimum(c.clip_rho_threshold, ratio)
+        rho = truncated_ratios(log_rho, c.clip_rho_threshold)
         return pg_advantages, vs, {"advantage": pg_advantages, "rho": rho.astype(np.float32)}

@@ -22,6 +22,7 @@ A missing extra is a ``ValueError`` naming the one to install.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import SupportsFloat
 
@@ -54,27 +55,33 @@ class AtariConfig:
 ATARI = AtariConfig()
 
 
+def _register_minatar() -> None:
+    importlib.import_module("minatar.gym").register_envs()
+
+
+def _register_ale() -> None:
+    gym.register_envs(importlib.import_module("ale_py"))
+
+
+_FAMILIES: dict[str, tuple[str, Callable[[], None]]] = {
+    "MinAtar": ("minatar", _register_minatar),
+    "ALE": ("atari", _register_ale),
+}
+"""Per gymnasium namespace: the extra that installs it and how its ids are registered."""
+
+
 def register_family(env_id: str) -> None:
     """Register the gymnasium ids of ``env_id``'s family if it is MinAtar or Atari and not registered yet."""
-    if env_id.startswith("MinAtar/"):
-        _register("minatar.gym", "minatar", "MinAtar")
-    elif env_id.startswith("ALE/"):
-        _register("ale_py", "atari", "ALE")
-
-
-def _register(module: str, extra: str, namespace: str) -> None:
-    if any(spec.namespace == namespace for spec in gym.registry.values()):
+    namespace, _, _ = env_id.partition("/")
+    if namespace not in _FAMILIES or any(spec.namespace == namespace for spec in gym.registry.values()):
         return
+    extra, register = _FAMILIES[namespace]
     try:
-        imported = importlib.import_module(module)
+        register()
     except ImportError as exc:
         raise ValueError(
             f"{namespace}/ env ids need the {extra!r} extra: pip install 'parl-rl[{extra}]' ({exc})"
         ) from exc
-    if module == "minatar.gym":
-        imported.register_envs()
-    else:
-        gym.register_envs(imported)
 
 
 def _sign(reward: SupportsFloat) -> float:
