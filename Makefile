@@ -57,8 +57,9 @@ LEARNING_ARGS ?=
 bench-learning: $(BENCH_STAMP)
 	$(PY) -m benchmarks.learning $(LEARNING_ARGS)
 
-# Return at a fixed budget and wall time on MinAtar and MuJoCo, `parl train` against SB3 (about an hour per
-# problem; resumes per problem, library and seed): make bench-budget BUDGET_ARGS="--problems halfcheetah_sac".
+# Return at a fixed budget and wall time on MinAtar and MuJoCo, `parl train` against SB3 (MuJoCo about an hour
+# per problem, MinAtar DQN over an hour per run; resumes per problem, library and seed):
+# make bench-budget BUDGET_ARGS="--problems halfcheetah_sac".
 BUDGET_ARGS ?=
 PIXELS_ARGS ?=
 

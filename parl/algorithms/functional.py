@@ -85,10 +85,8 @@ def gae_advantages(delta_t: np.ndarray, segment_end_t: np.ndarray, gamma: float,
 
 
 def truncated_ratios(log_rhos: np.ndarray, threshold: float | None) -> np.ndarray:
-    """Importance ratios ``min(threshold, exp(log_rho))`` as float64 (None: not truncated)::
-
-    truncated_ratios(np.log([0.5, 2.0]), 1.0)   # [0.5, 1.0]
-    """
+    """Importance ratios ``min(threshold, exp(log_rho))`` as float64 (None: not truncated), e.g.
+    ``truncated_ratios(np.log([0.5, 2.0]), 1.0)`` is ``[0.5, 1.0]``."""
     ratio = np.exp(np.asarray(log_rhos, dtype=np.float64))
     return ratio if threshold is None else np.minimum(threshold, ratio)
 
